@@ -1,0 +1,58 @@
+#include "runtime/device.h"
+
+#include <charconv>
+
+#include "runtime/error.h"
+
+namespace tessera {
+
+Device Device::parse(std::string_view s) {
+  auto fail = [&]() {
+    TESSERA_FAIL("[device] cannot parse device '", s,
+                 "'; expected cpu, cuda[:N], tpu[:N], xla:cpu, xla:cuda or xla:tpu");
+  };
+  const auto colon = s.find(':');
+  const std::string_view head = s.substr(0, colon);
+  const std::string_view tail = colon == std::string_view::npos ? "" : s.substr(colon + 1);
+  Device d;
+  if (head == "xla") {
+    if (tail != "cpu" && tail != "cuda" && tail != "tpu") fail();
+    d.type = DeviceType::xla;
+    d.platform = std::string(tail);
+    return d;
+  }
+  if (head == "cpu") d.type = DeviceType::cpu;
+  else if (head == "cuda") d.type = DeviceType::cuda;
+  else if (head == "tpu") d.type = DeviceType::tpu;
+  else fail();
+  if (!tail.empty()) {
+    auto [ptr, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), d.index);
+    if (ec != std::errc() || ptr != tail.data() + tail.size() || d.index < 0) fail();
+    if (d.type == DeviceType::cpu && d.index != 0) fail();
+  }
+  return d;
+}
+
+std::string Device::str() const {
+  switch (type) {
+    case DeviceType::cpu: return "cpu";
+    case DeviceType::cuda: return "cuda:" + std::to_string(index);
+    case DeviceType::tpu: return "tpu:" + std::to_string(index);
+    case DeviceType::xla: return "xla:" + platform;
+  }
+  return "?";
+}
+
+std::vector<Device> available_devices() { return {Device::cpu()}; }
+
+void require_available(const Device& d) {
+  std::string avail;
+  for (const auto& a : available_devices()) {
+    if (a == d) return;
+    avail += (avail.empty() ? "" : ", ") + a.str();
+  }
+  TESSERA_FAIL("[device] ", d.str(), " is not available in this build/machine; available: ",
+               avail);
+}
+
+}  // namespace tessera

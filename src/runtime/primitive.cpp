@@ -1,0 +1,63 @@
+#include "runtime/primitive.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace tessera {
+namespace {
+std::atomic<int64_t> g_ops_dispatched{0};
+}
+
+void Hasher::add_double(double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  add(u);
+}
+
+void Hasher::add_string(const std::string& s) {
+  for (unsigned char c : s) add(c);
+  add(s.size());
+}
+
+void Primitive::eval_cuda(const std::vector<Tensor>&, std::vector<Tensor>&) {
+  TESSERA_FAIL("[", name(), "] has no CUDA implementation in this build");
+}
+
+std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
+                             const std::vector<TensorSpec>& outputs) {
+  Device device = Device::cpu();
+  bool have_device = false;
+  for (const auto& t : inputs) {
+    TESSERA_CHECK(t.defined(), "[", p->name(), "] got an undefined input tensor");
+    if (!have_device) {
+      device = t.device();
+      have_device = true;
+    } else {
+      TESSERA_CHECK(t.device() == device, "[", p->name(), "] inputs are on different devices: ",
+                    device.str(), " and ", t.device().str());
+    }
+  }
+  std::vector<Tensor> outs;
+  outs.reserve(outputs.size());
+  for (const auto& spec : outputs) outs.push_back(Tensor::empty(spec.shape, spec.dtype, device));
+  ++g_ops_dispatched;
+  switch (device.type) {
+    case DeviceType::cpu: p->eval_cpu(inputs, outs); break;
+    case DeviceType::cuda: p->eval_cuda(inputs, outs); break;
+    default: TESSERA_FAIL("[", p->name(), "] no backend for device ", device.str(), " in this build");
+  }
+  return outs;
+}
+
+Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, const TensorSpec& output) {
+  return dispatch(std::move(p), inputs, {output})[0];
+}
+
+DispatchStats dispatch_stats() { return {g_ops_dispatched.load()}; }
+void reset_dispatch_stats() { g_ops_dispatched = 0; }
+
+void synchronize(const Device&) {}
+
+}  // namespace tessera

@@ -1,0 +1,63 @@
+// Primitive: one op with its attributes. ops/ creates primitives and dispatches them; each
+// backend implements eval_<backend>. The execution mode decides when eval runs (strict eager:
+// now, on the device stream; deferred and compiled modes: later, possibly fused).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace tessera {
+
+// Structural hash used to fingerprint graphs (op sequence + attributes + shapes + dtypes).
+class Hasher {
+ public:
+  void add(uint64_t v) { h_ = (h_ ^ v) * 1099511628211ull; }
+  void add_double(double v);
+  void add_string(const std::string& s);
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 14695981039346656037ull;
+};
+
+struct TensorSpec {
+  Shape shape;
+  DType dtype;
+};
+
+class Primitive {
+ public:
+  virtual ~Primitive() = default;
+  virtual const char* name() const = 0;
+  // Inputs are materialised tensors (any strides); outputs are freshly allocated contiguous
+  // tensors of the specs the op function gave.
+  virtual void eval_cpu(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) = 0;
+  virtual void eval_cuda(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
+  // Attributes for structural caching; two primitives with equal name and equal attributes
+  // compute the same function of their inputs.
+  virtual void hash_attributes(Hasher&) const {}
+  virtual bool equal_attributes(const Primitive&) const { return true; }
+};
+
+using PrimitivePtr = std::shared_ptr<Primitive>;
+
+// Runs `p` on `inputs`, allocating one output per spec on the inputs' device. Every op in
+// tessera goes through here, so this is where the execution modes hook in.
+std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
+                             const std::vector<TensorSpec>& outputs);
+Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, const TensorSpec& output);
+
+// Counters for the execution-mode statistics.
+struct DispatchStats {
+  int64_t ops_dispatched = 0;
+};
+DispatchStats dispatch_stats();
+void reset_dispatch_stats();
+
+// Waits for all queued work on `device` (strict eager on CPU runs inline; kept for the API).
+void synchronize(const Device& device = Device::cpu());
+
+}  // namespace tessera

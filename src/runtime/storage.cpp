@@ -1,0 +1,36 @@
+#include "runtime/storage.h"
+
+#include "runtime/allocator.h"
+#include "runtime/error.h"
+
+namespace tessera {
+
+static Allocator& allocator_for(const Device& d) {
+  TESSERA_CHECK(d.type == DeviceType::cpu, "[storage] no allocator for device ", d.str(),
+                " in this build");
+  return cpu_allocator();
+}
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, const Device& device) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->data_ = allocator_for(device).allocate(nbytes);
+  s->nbytes_ = nbytes;
+  s->device_ = device;
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes, const Device& device,
+                                         std::shared_ptr<const void> keepalive) {
+  std::shared_ptr<Storage> s(new Storage());
+  s->data_ = data;
+  s->nbytes_ = nbytes;
+  s->device_ = device;
+  s->keepalive_ = keepalive ? std::move(keepalive) : std::make_shared<int>(0);
+  return s;
+}
+
+Storage::~Storage() {
+  if (!keepalive_) allocator_for(device_).deallocate(data_, nbytes_);
+}
+
+}  // namespace tessera

@@ -1,0 +1,33 @@
+// A block of device memory: owned (from the device allocator) or borrowed (an mmapped file
+// region kept alive by `keepalive`).
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "runtime/device.h"
+
+namespace tessera {
+
+class Storage {
+ public:
+  static std::shared_ptr<Storage> allocate(size_t nbytes, const Device& device);
+  static std::shared_ptr<Storage> borrow(void* data, size_t nbytes, const Device& device,
+                                         std::shared_ptr<const void> keepalive);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  const Device& device() const { return device_; }
+  bool owned() const { return !keepalive_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  std::shared_ptr<const void> keepalive_;
+};
+
+}  // namespace tessera

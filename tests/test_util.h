@@ -1,0 +1,29 @@
+// Shared test helpers: fixture paths and tolerance comparisons against PyTorch goldens.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "runtime/tensor.h"
+
+namespace tessera::test {
+
+// Absolute path of a file under tests/fixtures/.
+std::string fixture_path(const std::string& relative);
+// True when the fixture exists; tests that need a fixture not yet generated call GTEST_SKIP
+// with a message naming it only via this helper, so missing goldens are visible in the log.
+bool has_fixture(const std::string& relative);
+// All tensors of a fixture file.
+std::map<std::string, Tensor> load_fixture(const std::string& relative);
+
+// |a - e| <= atol + rtol * |e| elementwise; reports the worst element on failure.
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol,
+                                     double atol);
+// Every bf16 element equals PyTorch's or is one bf16 ulp from it, or within `rtol` relative.
+::testing::AssertionResult bf16_close(const Tensor& actual, const Tensor& expected,
+                                      double rtol = 1e-2);
+// Bit-for-bit equality (same dtype, same shape, same bytes).
+::testing::AssertionResult bit_equal(const Tensor& actual, const Tensor& expected);
+
+}  // namespace tessera::test
