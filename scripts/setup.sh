@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every system dependency tessera needs from Debian 12's packages. Idempotent: only
+# missing packages are installed, so a second run does nothing.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git python3
+  clang-14 libclang-rt-14-dev            # libFuzzer target and sanitizers
+  libdnnl-dev                            # oneDNN: GEMM and convolution (docs/decisions/0002)
+  libopenblas-dev                        # only for the GEMM library comparison benchmark
+  nlohmann-json3-dev libcli11-dev libspng-dev libsentencepiece-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole test suite: the Release build, then the same suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer. Set TESSERA_SKIP_SANITIZE=1 to skip the second.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh" "$root/build"
+(cd "$root/build" && ctest --output-on-failure -j"$(nproc)")
+if [ "${TESSERA_SKIP_SANITIZE:-0}" != "1" ]; then
+  "$root/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTESSERA_SANITIZE=ON -DTESSERA_BUILD_BENCH=OFF
+  # Fuzzing already ran in the Release suite; ASan/UBSan covers the rest here.
+  (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -j"$(nproc)" -E '^fuzz')
+fi
+echo "tests: all passed"
