@@ -2,6 +2,7 @@
 // {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
 // then the raw bytes. Files are mmapped and tensors are zero-copy views into the map.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,11 +20,25 @@ struct SafetensorsEntry {
   size_t end = 0;
 };
 
+// Largest header accepted, as the reference implementation (a guard against corrupt lengths).
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 // Parses and validates a header (everything after the 8-byte length). `file` names the source
-// in error messages. Throws tessera::Error with a one-line message on any malformation.
+// in error messages. Throws tessera::Error with a one-line message on any malformation, and
+// nothing else (allocation failures included); never reads outside [json, json + json_len).
 std::vector<SafetensorsEntry> parse_safetensors_header(const char* json, size_t json_len,
                                                        size_t data_bytes, const std::string& file,
                                                        std::map<std::string, std::string>* metadata);
+
+// Validates a whole file image (length prefix, header, data section bounds). Sets
+// *data_start to the byte offset of the data section. Same error contract as above.
+std::vector<SafetensorsEntry> parse_safetensors_buffer(const void* bytes, size_t size,
+                                                       const std::string& file,
+                                                       std::map<std::string, std::string>* metadata,
+                                                       size_t* data_start);
+
+// A name made safe for a one-line error message: control characters escaped, long names cut.
+std::string printable_name(const std::string& s, size_t max_len = 120);
 
 class SafetensorsFile {
  public:
@@ -36,8 +51,13 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool contains(const std::string& name) const;
   const SafetensorsEntry& entry(const std::string& name) const;
-  // Zero-copy view of the mapped bytes (keeps the file mapped while the tensor lives).
+  // Zero-copy view of the mapped bytes (keeps the file mapped while the tensor lives). A tensor
+  // whose bytes are not aligned to its element size in the file is copied instead.
   Tensor get(const std::string& name) const;
+  // The whole mapping and the size of the data section, for tests and diagnostics.
+  const void* mapping() const { return map_; }
+  size_t mapping_size() const { return map_size_; }
+  size_t data_bytes() const;
 
  private:
   SafetensorsFile() = default;
