@@ -1,0 +1,448 @@
+"""Tokenizer folders with real vocabularies and golden ids, as the diffusers pipelines tokenize.
+
+Writes tests/fixtures/tokenizers/{clip,t5,mistral}/ and golden_ids.json.
+Pipeline goldens import the build_* functions to put the same tokenizers into their folders.
+
+* CLIP: the real 49408-token BPE shipped in open_clip_torch (bpe_simple_vocab_16e6.txt.gz),
+  as vocab.json + merges.txt. FLUX.1 and SD3's tokenizer pad with <|endoftext|>; SD3's
+  tokenizer_2 (CLIP-G) pads with "!" (id 0): goldens are written for both.
+* T5: a sentencepiece unigram model trained on a generated corpus (pad=0, eos=1, unk=2,
+  100 extra ids as T5 has them).
+* Mistral: a byte-level BPE tokenizer.json trained with `tokenizers` on the same corpus, with
+  the Tekken split pattern and Mistral Small 3's special tokens and chat template.
+"""
+import gzip
+import importlib.util
+import json
+import pathlib
+import random
+import shutil
+import tempfile
+
+CLIP_PAD_EOS = "<|endoftext|>"
+CLIP_PAD_BANG = "!"
+T5_SPM_VOCAB = 1200
+MISTRAL_VOCAB = 1500
+MISTRAL_MAX_LENGTH = 512
+
+# Mistral Small 3 (Tekken) special tokens, in id order.
+MISTRAL_SPECIALS = [
+    "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
+    "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+    "[TOOL_CONTENT]",
+] + [f"<SPECIAL_{i}>" for i in range(20, 32)]
+
+# Tekken's pre-tokenizer pattern (letters with case runs, single digits, punctuation, spaces).
+TEKKEN_PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+    r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# Mistral Small 3-style chat template: bos, system prompt block, [INST] user [/INST], assistant
+# turns closed by eos. tessera hard-codes this structure (docs/decisions/0005-tokenizers.md).
+MISTRAL_CHAT_TEMPLATE = (
+    "{%- set default_system_message = 'You are a helpful assistant.' %}"
+    "{{- bos_token }}"
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{%- if messages[0]['content'] is string %}"
+    "{%- set system_message = messages[0]['content'] %}"
+    "{%- else %}"
+    "{%- set system_message = messages[0]['content'][0]['text'] %}"
+    "{%- endif %}"
+    "{%- set loop_messages = messages[1:] %}"
+    "{%- else %}"
+    "{%- set system_message = default_system_message %}"
+    "{%- set loop_messages = messages %}"
+    "{%- endif %}"
+    "{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}"
+    "{%- for message in loop_messages %}"
+    "{%- if message['role'] == 'user' %}"
+    "{%- if message['content'] is string %}"
+    "{{- '[INST]' + message['content'] + '[/INST]' }}"
+    "{%- else %}"
+    "{{- '[INST]' }}"
+    "{%- for block in message['content'] %}"
+    "{%- if block['type'] == 'text' %}{{- block['text'] }}"
+    "{%- elif block['type'] in ['image', 'image_url'] %}{{- '[IMG]' }}"
+    "{%- else %}{{- raise_exception('Only text and image blocks are supported') }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{{- '[/INST]' }}"
+    "{%- endif %}"
+    "{%- elif message['role'] == 'system' %}"
+    "{%- if message['content'] is string %}"
+    "{{- '[SYSTEM_PROMPT]' + message['content'] + '[/SYSTEM_PROMPT]' }}"
+    "{%- else %}"
+    "{{- '[SYSTEM_PROMPT]' + message['content'][0]['text'] + '[/SYSTEM_PROMPT]' }}"
+    "{%- endif %}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{%- if message['content'] is string %}"
+    "{{- message['content'] + eos_token }}"
+    "{%- else %}"
+    "{{- message['content'][0]['text'] + eos_token }}"
+    "{%- endif %}"
+    "{%- else %}"
+    "{{- raise_exception('Only user, system and assistant roles are supported!') }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+)
+
+
+def _write_json(path: pathlib.Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLIP
+# ---------------------------------------------------------------------------------------------
+def _bytes_to_unicode() -> dict:
+    """GPT-2/CLIP byte -> printable code point table."""
+    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) +
+            list(range(0xAE, 0xFF + 1)))
+    # Insertion order matters: it is the order of the first 256 vocabulary ids.
+    table = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _open_clip_merges() -> list:
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("open_clip_torch is needed for the CLIP BPE: "
+                           "pip install open_clip_torch --no-deps")
+    gz = pathlib.Path(spec.submodule_search_locations[0]) / "bpe_simple_vocab_16e6.txt.gz"
+    lines = gzip.open(gz).read().decode("utf-8").split("\n")
+    # CLIP keeps the first 49152 - 256 - 2 merges (line 0 is the version header).
+    return [tuple(line.split()) for line in lines[1:49152 - 256 - 2 + 1]]
+
+
+def build_clip_tokenizer(dst: pathlib.Path, pad_token: str = CLIP_PAD_EOS) -> None:
+    """Standard CLIPTokenizer folder with the real CLIP vocabulary (49408 tokens)."""
+    dst = pathlib.Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    merges = _open_clip_merges()
+    byte_chars = [_bytes_to_unicode()[b] for b in range(256)]
+    # open_clip's order: bytes in bytes_to_unicode() insertion order, then with </w>.
+    ordered = list(_bytes_to_unicode().values())
+    vocab_list = ordered + [c + "</w>" for c in ordered] + ["".join(m) for m in merges]
+    vocab_list += ["<|startoftext|>", "<|endoftext|>"]
+    assert len(vocab_list) == 49408 and len(set(vocab_list)) == 49408, len(vocab_list)
+    assert set(byte_chars) == set(ordered)
+    vocab = {tok: i for i, tok in enumerate(vocab_list)}
+    (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (dst / "merges.txt").write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    special = {
+        "bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>",
+        "pad_token": pad_token, "unk_token": "<|endoftext|>",
+    }
+    _write_json(dst / "special_tokens_map.json", special)
+    config = dict(special)
+    config.update({
+        "add_prefix_space": False, "clean_up_tokenization_spaces": True, "do_lower_case": True,
+        "errors": "replace", "model_max_length": 77, "tokenizer_class": "CLIPTokenizer",
+    })
+    _write_json(dst / "tokenizer_config.json", config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared training corpus (generated, deterministic)
+# ---------------------------------------------------------------------------------------------
+_WORDS = (
+    "a an the of in on at with and or but to from by for over under near behind beside above "
+    "cat dog bird horse fox owl whale dragon robot astronaut wizard knight child woman man girl "
+    "boy city forest mountain river ocean lake desert island castle tower bridge street garden "
+    "house room window door table chair lamp book painting portrait photo picture image scene "
+    "red green blue yellow orange purple pink black white golden silver dark bright pale vivid "
+    "small large tiny huge old young ancient modern futuristic cozy quiet busy misty sunny rainy "
+    "snowy cloudy foggy stormy calm warm cold soft sharp smooth rough shiny matte glowing neon "
+    "light shadow sunset sunrise night morning evening noon sky cloud star moon sun rain snow "
+    "wind fire water stone wood metal glass paper cloth silk leather sand grass flower tree leaf "
+    "detailed realistic cinematic dramatic volumetric lighting render rendered digital art oil "
+    "watercolor sketch drawing illustration style highly intricate elegant beautiful stunning "
+    "sits stands walks runs flies swims holds wears looks reads plays sleeps dances sings "
+    "wearing holding reading playing sleeping dancing singing flying running walking looking "
+    "is are was were be been has have had it its they them their there this that these those "
+    "photograph camera lens bokeh focus depth field wide angle close up macro aerial view shot "
+    "resolution quality masterpiece trending award winning professional studio natural soft "
+    "you your we our i my me he she his her what where when why how which who not no yes "
+    "structured responses object relationships attribution actions without speculation reasons "
+    "about descriptions give focusing ai").split()
+_ACCENTED = "café naïve résumé façade jalapeño über straße crème brûlée piñata smörgåsbord".split()
+_OTHER = ("東京 日本 猫 犬 山 川 中文 字 한국어 서울 Москва привет мир Ελλάδα γεια שלום مرحبا "
+          "नमस्ते ไทย").split()
+
+
+def corpus_lines() -> list:
+    """~12k deterministic sentences mixing words, case, numbers, punctuation and some unicode."""
+    rng = random.Random(20261202)
+    weights = [1.0 / (i + 1) ** 0.8 for i in range(len(_WORDS))]
+    lines = []
+    for n in range(12000):
+        k = rng.randint(3, 18)
+        words = rng.choices(_WORDS, weights=weights, k=k)
+        for j in range(len(words)):
+            r = rng.random()
+            if r < 0.08:
+                words[j] = words[j].capitalize()
+            elif r < 0.10:
+                words[j] = words[j].upper()
+            elif r < 0.13:
+                words[j] = str(rng.randint(0, 2026))
+            elif r < 0.15:
+                words[j] = rng.choice(_ACCENTED)
+            elif r < 0.16:
+                words[j] = rng.choice(_OTHER)
+            elif r < 0.19:
+                words[j] += rng.choice([",", ".", "!", "?", ";", ":", "'s", "'t", "-", ")"])
+        line = " ".join(words)
+        line = line[0].upper() + line[1:]
+        if n % 7 == 0:
+            line += "."
+        lines.append(line)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# T5 (sentencepiece unigram)
+# ---------------------------------------------------------------------------------------------
+def _train_t5_spm(workdir: pathlib.Path) -> None:
+    """Trains workdir/spiece.model; relative paths keep the temp dir out of the model's bytes."""
+    import os
+
+    import sentencepiece as spm
+
+    (workdir / "corpus.txt").write_text("\n".join(corpus_lines()) + "\n", encoding="utf-8")
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        _spm_train(spm)
+    finally:
+        os.chdir(cwd)
+
+
+def _spm_train(spm) -> None:
+    spm.SentencePieceTrainer.train(
+        input="corpus.txt", model_prefix="spiece", model_type="unigram",
+        vocab_size=T5_SPM_VOCAB, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+        pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
+        character_coverage=0.9995, normalization_rule_name="nmt_nfkc", num_threads=1,
+        input_sentence_size=0, shuffle_input_sentence=False, seed_sentencepiece_size=100000,
+        max_sentencepiece_length=16, split_digits=False, byte_fallback=False,
+        minloglevel=2)
+
+
+def build_t5_tokenizer(dst: pathlib.Path) -> None:
+    """T5 tokenizer folder: spiece.model (+ tokenizer.json, configs) loadable as T5TokenizerFast."""
+    from transformers import T5Tokenizer
+
+    dst = pathlib.Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        _train_t5_spm(pathlib.Path(tmp))
+        shutil.copyfile(pathlib.Path(tmp) / "spiece.model", dst / "spiece.model")
+    tok = T5Tokenizer(vocab_file=str(dst / "spiece.model"), extra_ids=100, model_max_length=512)
+    tok.save_pretrained(str(dst))
+    if not (dst / "spiece.model").exists():
+        raise RuntimeError("save_pretrained removed spiece.model")
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistral (byte-level BPE tokenizer.json)
+# ---------------------------------------------------------------------------------------------
+def build_mistral_tokenizer(dst: pathlib.Path, padding_side: str = "left") -> None:
+    """Byte-level BPE tokenizer.json + tokenizer_config.json with a Mistral Small 3 chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    dst = pathlib.Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(TEKKEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=MISTRAL_VOCAB, min_frequency=2, special_tokens=MISTRAL_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus_lines() + [_system_message()], trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    tok.save(str(dst / "tokenizer.json"))
+    special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
+    _write_json(dst / "special_tokens_map.json", special)
+    config = dict(special)
+    config.update({
+        "chat_template": MISTRAL_CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
+        "model_max_length": 131072, "padding_side": padding_side,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    })
+    _write_json(dst / "tokenizer_config.json", config)
+
+
+def _system_message() -> str:
+    from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
+
+    return SYSTEM_MESSAGE
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden strings
+# ---------------------------------------------------------------------------------------------
+def golden_strings() -> list:
+    s = [
+        "", " ", "   ", "\t", "\n", "\r\n", " \t \n ",
+        "a", "A", "I", "hello", "Hello", "HELLO", "hello world", "Hello, World!",
+        "a photo of a cat", "A photo of a cat.", "a photo of a cat ", " a photo of a cat",
+        "a  photo   of    a cat", "a\tphoto\tof\ta\tcat", "a\nphoto\nof\na\ncat",
+        "line one\n\nline two\r\n\r\nline three", "trailing tabs\t\t\t", "\n\nleading newlines",
+        "A cat holding a sign that says hello world",
+        "An astronaut riding a horse on the moon, highly detailed, 8k, trending on artstation",
+        "a red fox in a snowy forest at sunset, cinematic lighting, volumetric fog",
+        "it's", "It's a dog's life", "don't", "DON'T", "they're", "we've", "I'm", "you'll",
+        "he'd", "it'S", "'s", "'t", "''s", "rock 'n' roll", "the cats' toys", "o'clock",
+        "l'été", "isn't it?", "can't won't shouldn't", "y'all'd've",
+        "café", "naïve", "résumé", "Crème Brûlée", "façade", "jalapeño", "über", "straße",
+        "STRASSE", "smörgåsbord", "ÅNGSTRÖM", "e\u0301", "cafe\u0301", "n\u0303o",
+        "A\u030a", "\u00c5", "\u212b", "ﬁne ﬂour", "Ǆ ǅ ǆ", "İstanbul", "ǰ", "ΣΊΣΥΦΟΣ",
+        "Ⅻ", "①②③", "x²+y²=z²", "½ cup", "ℌ𝔢𝔩𝔩𝔬", "ｆｕｌｌｗｉｄｔｈ", "ﾊﾝｶｸ",
+        "東京", "東京タワーの夜景", "猫が好きです。", "中文字符测试", "汉字和English混合",
+        "한국어 텍스트", "서울의 밤", "Москва", "Привет, мир!", "Ελληνικά", "שלום עולם",
+        "مرحبا بالعالم", "नमस्ते दुनिया", "ภาษาไทย", "Tiếng Việt có dấu",
+        "😀", "🐱 cat", "a cat 🐱 and a dog 🐶", "👩‍👩‍👧‍👦", "🏳️‍🌈", "👍🏽", "❤️", "✨✨✨",
+        "🇯🇵🇫🇷", "emoji at end 🚀", "⚡️ speed", "☃", "♥♦♣♠",
+        "0", "7", "42", "123", "1234567890", "3.14159", "-273.15", "1,000,000", "1e10",
+        "0x1F", "2026-12-02", "12:30pm", "$100", "€50", "£20", "¥1000", "100%", "#1",
+        "4k 8k 16k", "v1.2.3", "f/1.8 50mm", "1/125s ISO 100", "A1B2C3", "x86_64",
+        "!", "!!", "!!!", "?!", "...", "…", "---", "—", "–", "***", "@user", "#hashtag",
+        "a.b.c", "e-mail", "well-known", "(parentheses)", "[brackets]", "{braces}",
+        "<angle>", "\"quoted\"", "'single'", "“curly quotes”", "‘curly single’", "«guillemets»",
+        "a/b\\c", "under_score", "back`tick", "tilde~", "caret^", "pipe|", "semi;colon",
+        "colon:", "a&b", "a+b=c", "50% off!", "(((masterpiece)))", "[[cat]]",
+        "&amp;", "&lt;b&gt;bold&lt;/b&gt;", "&quot;hi&quot;", "&#39;", "&nbsp;x", "<b>bold</b>",
+        "<br/>", "Tom &amp; Jerry", "naÃ¯ve", "Ã©", "donâ€™t", "\u00a0nbsp\u00a0",
+        "zero\u200bwidth", "soft\u00adhyphen", "bom\ufeffhere", "ideographic\u3000space",
+        "em\u2003space", "line\u2028sep", "para\u2029sep", "ctrl\x07bell", "nul\x00byte",
+        "tab\x0bvtab", "form\x0cfeed", "\x1c\x1d\x1e\x1f", "\x85nel", "del\x7f",
+        "<|startoftext|>", "<|endoftext|>", "a <|endoftext|> b", "</s>", "<pad>", "<unk>",
+        "<extra_id_0>", "<extra_id_99> end", "[INST]", "[/INST]", "[IMG] picture",
+        "[SYSTEM_PROMPT]x[/SYSTEM_PROMPT]", "<s>", "<SPECIAL_20>",
+        "ALL CAPS PROMPT", "camelCaseWord", "PascalCaseWord", "snake_case_word",
+        "HTTPServerError", "iPhone", "McDonald's", "O'Neil", "DiCaprio",
+        "supercalifragilisticexpialidocious", "pneumonoultramicroscopicsilicovolcanoconiosis",
+        "https://example.com/path?q=1&r=2", "user@example.com", "C:\\Windows\\System32",
+        "def f(x): return x**2", "for (int i = 0; i < n; ++i) {}", "SELECT * FROM t;",
+        "a" * 300, "ab " * 120, "😀" * 60, "東" * 100,
+        " ".join(["word"] * 100), "cat, " * 80, "1 2 3 4 5 6 7 8 9 " * 20,
+    ]
+    s.append(" ".join(corpus_lines()[:40]))  # ~400 words: well past 512 tokens
+    s.append("\n".join(corpus_lines()[40:60]))
+    rng = random.Random(7)
+    pool = corpus_lines()[100:400]
+    while len(s) < 220:
+        s.append(rng.choice(pool) + rng.choice(["", " ", ".", "!", ", 8k", " 🎨", "  "]))
+    seen, out = set(), []
+    for x in s:
+        if x not in seen:
+            seen.add(x)
+            out.append(x)
+    return out
+
+
+def _encode(tok, texts, **kw) -> list:
+    enc = tok(texts, **kw)
+    return [{"ids": list(map(int, ids)), "mask": "".join(str(int(m)) for m in mask)}
+            for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+
+
+def _check_clip_against_open_clip(texts: list, folder: pathlib.Path) -> None:
+    """open_clip's SimpleTokenizer, with ftfy stubbed out, must agree with transformers'."""
+    import sys
+    import types
+    import unicodedata
+
+    from transformers import CLIPTokenizer
+
+    had_ftfy = "ftfy" in sys.modules
+    if not had_ftfy:
+        sys.modules["ftfy"] = types.SimpleNamespace(fix_text=lambda t: t)
+    try:
+        spec = importlib.util.find_spec("open_clip")
+        path = pathlib.Path(spec.submodule_search_locations[0]) / "tokenizer.py"
+        mod_spec = importlib.util.spec_from_file_location("_oc_tokenizer", path)
+        mod = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(mod)
+        oc = mod.SimpleTokenizer()
+    finally:
+        if not had_ftfy:
+            del sys.modules["ftfy"]
+    hf = CLIPTokenizer.from_pretrained(str(folder))
+    mismatches = []
+    for t in texts:
+        a = hf(t, add_special_tokens=False)["input_ids"]
+        # open_clip's cleaning (html.unescape, strip) differs by design; compare on the plain
+        # ASCII-and-letters strings where both cleanings are the identity.
+        if "&" in t or any(ord(c) < 32 for c in t) or "<|" in t:
+            continue
+        # ftfy.fix_text (which open_clip runs) NFC-normalises, as transformers' normaliser does.
+        b = oc.encode(unicodedata.normalize("NFC", t))
+        if a != b:
+            mismatches.append((t, a, b))
+    if mismatches:
+        print(f"[tokenizers] open_clip and transformers differ on {len(mismatches)} strings, "
+              f"e.g. {mismatches[:3]!r}")
+    else:
+        print("[tokenizers] open_clip and transformers' CLIPTokenizer agree")
+    return mismatches
+
+
+def make(fixtures_dir: pathlib.Path) -> None:
+    from transformers import AutoTokenizer, CLIPTokenizer, T5TokenizerFast
+
+    out = pathlib.Path(fixtures_dir) / "tokenizers"
+    if out.exists():
+        shutil.rmtree(out)
+    build_clip_tokenizer(out / "clip", pad_token=CLIP_PAD_EOS)
+    build_t5_tokenizer(out / "t5")
+    build_mistral_tokenizer(out / "mistral")
+
+    texts = golden_strings()
+    golden = {"strings": texts}
+
+    clip_kw = dict(padding="max_length", max_length=77, truncation=True, return_tensors=None)
+    # FLUX.1 / SD3 tokenizer pad with <|endoftext|>; SD3's tokenizer_2 folder differs only in
+    # pad_token "!" (id 0), so that variant is the same folder with the pad token overridden.
+    for name, pad in (("clip", CLIP_PAD_EOS), ("clip_pad_bang", CLIP_PAD_BANG)):
+        tok = CLIPTokenizer.from_pretrained(str(out / "clip"), pad_token=pad)
+        golden[name] = _encode(tok, texts, **clip_kw)
+    _check_clip_against_open_clip(texts, out / "clip")
+
+    t5 = T5TokenizerFast.from_pretrained(str(out / "t5"))
+    for n in (77, 256, 512):
+        golden[f"t5_{n}"] = _encode(t5, texts, padding="max_length", max_length=n,
+                                   truncation=True, add_special_tokens=True)
+
+    mistral = AutoTokenizer.from_pretrained(str(out / "mistral"))
+    golden["mistral_plain"] = _encode(mistral, texts, add_special_tokens=True)
+    # As Flux2Pipeline._get_mistral_3_small_prompt_embeds: format_input + apply_chat_template.
+    from diffusers.pipelines.flux2.pipeline_flux2 import format_input
+
+    messages = format_input(prompts=texts, system_message=_system_message())
+    enc = mistral.apply_chat_template(
+        messages, add_generation_prompt=False, tokenize=True, return_dict=True,
+        padding="max_length", truncation=True, max_length=MISTRAL_MAX_LENGTH)
+    golden["mistral_chat_512"] = [
+        {"ids": list(map(int, ids)), "mask": "".join(str(int(m)) for m in mask)}
+        for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+    golden["mistral_system_message"] = _system_message()
+    (out / "golden_ids.json").write_text(
+        json.dumps(golden, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n",
+        encoding="utf-8")
