@@ -1,0 +1,97 @@
+// Module: a tree of named parameters that mirrors the diffusers/transformers module it
+// implements, so a checkpoint key ("transformer_blocks.0.attn.to_q.weight") maps to a member by
+// its path. Forward functions live in the subclasses and only call ops.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace tessera {
+
+// Where weights come from: a checkpoint (one file, or shards through an index) or a test map.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool contains(const std::string& name) const = 0;
+  // Zero-copy when possible. Throws when absent.
+  virtual Tensor get(const std::string& name) const = 0;
+  // Names every tensor in the source (to report unexpected keys).
+  virtual std::vector<std::string> names() const = 0;
+  // For error messages: the checkpoint path or folder.
+  virtual std::string describe() const = 0;
+};
+
+struct LoadOptions {
+  DType dtype = DType::f32;       // parameters are converted to this (zero-copy when equal)
+  bool allow_unused = true;       // checkpoint tensors no parameter asks for
+  std::string prefix;             // prepended to every parameter name ("model.")
+};
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  struct Parameter {
+    std::string name;  // full dotted path
+    Tensor* slot;
+    Shape shape;       // expected shape from the config
+    bool optional;     // may be missing from the checkpoint (then stays undefined)
+  };
+  // Every parameter below this module, with full dotted names.
+  std::vector<Parameter> named_parameters(const std::string& prefix = "") const;
+  int64_t parameter_count() const;
+  int64_t parameter_bytes() const;
+
+  // Fills every parameter from `source`, checking shapes against the config. Errors name the
+  // tensor, the source and both shapes. Returns the checkpoint tensors nothing asked for.
+  std::vector<std::string> load_weights(const WeightSource& source, const LoadOptions& opt);
+  // Drops every parameter (they are reloaded by load_weights; used by model offload).
+  void release_weights();
+
+ protected:
+  // Registers a parameter slot owned by this module; `shape` is what the config implies.
+  void register_parameter(const std::string& name, Tensor* slot, Shape shape,
+                          bool optional = false);
+  // Registers a child; its parameters appear as "<name>.<param>".
+  void register_module(const std::string& name, Module* child);
+  // Registers a list of children as "<name>.0", "<name>.1", ...
+  template <typename T>
+  void register_modules(const std::string& name, std::vector<std::unique_ptr<T>>& children) {
+    for (size_t i = 0; i < children.size(); ++i)
+      register_module(name + "." + std::to_string(i), children[i].get());
+  }
+
+ private:
+  struct OwnParameter {
+    std::string name;
+    Tensor* slot;
+    Shape shape;
+    bool optional;
+  };
+  std::vector<OwnParameter> params_;
+  std::vector<std::pair<std::string, Module*>> children_;
+};
+
+// A WeightSource over an in-memory map (tests, converted weights).
+class MapWeightSource final : public WeightSource {
+ public:
+  explicit MapWeightSource(std::map<std::string, Tensor> tensors, std::string what = "tensors")
+      : tensors_(std::move(tensors)), what_(std::move(what)) {}
+  bool contains(const std::string& name) const override { return tensors_.count(name) > 0; }
+  Tensor get(const std::string& name) const override;
+  std::vector<std::string> names() const override;
+  std::string describe() const override { return what_; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  std::string what_;
+};
+
+}  // namespace tessera
