@@ -88,15 +88,42 @@ def save_pipeline(
         build(dst / name)
 
 
+def prefix_keys(folder: pathlib.Path, prefix: str) -> None:
+    """Prepends `prefix` to every tensor name in a saved component (files and index).
+
+    transformers 5 saves CLIPTextModel(WithProjection) without the `text_model.` prefix that the
+    published checkpoints (and transformers 4) use; transformers 5 loads either form.
+    """
+    from safetensors.torch import load_file
+
+    folder = pathlib.Path(folder)
+    for f in sorted(folder.glob("*.safetensors")):
+        tensors = load_file(str(f))
+        save(f, {(k if k.startswith(prefix) else prefix + k): v for k, v in tensors.items()},
+             metadata={"format": "pt"})
+    for idx in sorted(folder.glob("*.safetensors.index.json")):
+        data = json.loads(idx.read_text())
+        data["weight_map"] = {(k if k.startswith(prefix) else prefix + k): v
+                              for k, v in data["weight_map"].items()}
+        idx.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def patch_model_index(dst: pathlib.Path, entries: dict[str, list]) -> None:
+    """Overrides model_index.json entries, e.g. the published class name of a tokenizer."""
+    path = pathlib.Path(dst) / "model_index.json"
+    data = json.loads(path.read_text())
+    data.update(entries)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
 def load_component(cls, folder: pathlib.Path, dtype: torch.dtype):
-    """cls.from_pretrained(folder) in `dtype` (diffusers says torch_dtype, transformers dtype)."""
-    key = "torch_dtype" if cls.__module__.startswith("diffusers") else "dtype"
-    model = cls.from_pretrained(str(folder), **{key: dtype})
+    """cls.from_pretrained(folder) in `dtype` (both libraries now take dtype=, not torch_dtype=)."""
+    model = cls.from_pretrained(str(folder), dtype=dtype)
     return model.eval()
 
 
 def load_pipeline(cls, folder: pathlib.Path, dtype: torch.dtype):
-    pipe = cls.from_pretrained(str(folder), torch_dtype=dtype)
+    pipe = cls.from_pretrained(str(folder), dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -124,12 +151,16 @@ def flatten(prefix: str, obj) -> dict[str, torch.Tensor]:
 class ActivationRecorder:
     """Records the outputs of named submodules during forward passes.
 
+    names: module paths, or {module path: recorded name} when the checkpoint's parameter paths
+    differ from the Python module tree (transformers 5 CLIPTextModel has no `text_model.`).
     A module called more than once (e.g. per denoising step) keeps its last call unless
     per_call=True, which names them name@0, name@1, ...
     """
 
-    def __init__(self, model: torch.nn.Module, names: Iterable[str], per_call: bool = False):
-        self.model, self.names, self.per_call = model, list(names), per_call
+    def __init__(self, model: torch.nn.Module, names: Iterable[str] | dict[str, str],
+                 per_call: bool = False):
+        self.model, self.per_call = model, per_call
+        self.names = dict(names) if isinstance(names, dict) else {n: n for n in names}
         self.tensors: dict[str, torch.Tensor] = {}
         self._calls: dict[str, int] = {}
         self._handles = []
@@ -148,8 +179,8 @@ class ActivationRecorder:
         return fn
 
     def __enter__(self):
-        for name in self.names:
-            self._handles.append(self.model.get_submodule(name).register_forward_hook(self._hook(name)))
+        for path, name in self.names.items():
+            self._handles.append(self.model.get_submodule(path).register_forward_hook(self._hook(name)))
         return self
 
     def __exit__(self, *exc):
