@@ -147,14 +147,17 @@ uint16_t f32_to_f16(float f) {
 float f8e4m3_to_f32(uint8_t v) { return fp8_decode(v, 4, 3, false); }
 float f8e5m2_to_f32(uint8_t v) { return fp8_decode(v, 5, 2, true); }
 
-// Same rounding as torch's c10::Float8_e4m3fn: RNE, values past the max become NaN.
+// RNE as torch's Tensor.to(float8_e4m3fn); finite overflow and +-inf saturate to +-448 (0x7e),
+// NaN -> 0x7f with its sign (checked against torch 2.15 in tests/dtype_test.cpp).
 uint8_t f32_to_f8e4m3(float f) {
   uint32_t f_bits = bits_of(f);
   const uint32_t sign = f_bits & 0x80000000u;
   f_bits ^= sign;
   uint8_t result;
-  if (f_bits >= (1087u << 20)) {
+  if (f_bits > 0x7f800000u) {
     result = 0x7f;
+  } else if (f_bits > 0x43e80000u) {  // above 464, the tie that still rounds down to 448
+    result = 0x7e;
   } else if (f_bits < (121u << 23)) {
     const float denorm = float_of(141u << 23);
     result = uint8_t(bits_of(float_of(f_bits) + denorm) - (141u << 23));
