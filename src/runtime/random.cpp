@@ -3,9 +3,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu_features.h"
 #include "runtime/error.h"
 
 namespace tessera {
+namespace detail {
+void box_muller_mathfun_avx2(float* d, int64_t blocks, float mean, float std_);
+}  // namespace detail
 
 // ---- mt19937, seeded and stepped as torch's at::mt19937 -----------------------------------
 
@@ -21,10 +25,15 @@ void Generator::manual_seed(uint64_t seed) {
 
 void Generator::twist() {
   constexpr int kM = 397;
-  for (int i = 0; i < kN; ++i) {
-    const uint32_t y = (state_[i] & 0x80000000u) | (state_[(i + 1) % kN] & 0x7fffffffu);
-    state_[i] = state_[(i + kM) % kN] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-  }
+  auto step = [&](int i, int i1, int im) {
+    const uint32_t y = (state_[i] & 0x80000000u) | (state_[i1] & 0x7fffffffu);
+    state_[i] = state_[im] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+  };
+  // Index arithmetic without modulo: the three ranges where i + 1 and i + kM wrap differently.
+  int i = 0;
+  for (; i < kN - kM; ++i) step(i, i + 1, i + kM);
+  for (; i < kN - 1; ++i) step(i, i + 1, i + kM - kN);
+  step(kN - 1, 0, kM - 1);
   next_ = 0;
 }
 
@@ -195,19 +204,28 @@ void check_dtype(const char* op, DType dt) {
                 dtype_name(dt), " is not supported; expected f32, bf16 or f16");
 }
 
+// Box-Muller over `blocks` consecutive groups of 16 uniforms, with the generator's kernel.
+void box_muller_blocks(float* d, int64_t blocks, float mean, float std_, NormalKernel kernel) {
+  if (kernel == NormalKernel::avx_mathfun && cpu_isa() >= CpuIsa::avx2) {
+    detail::box_muller_mathfun_avx2(d, blocks, mean, std_);
+    return;
+  }
+  auto one = kernel == NormalKernel::avx_mathfun ? box_muller16_mathfun : box_muller16_libm;
+  for (int64_t b = 0; b < blocks; ++b) one(d + 16 * b, mean, std_);
+}
+
 // torch's normal_fill: numel >= 16, contiguous output.
 void normal_fill(void* out, DType dt, int64_t n, float mean, float std_, Generator& g) {
-  auto box_muller =
-      g.normal_kernel() == NormalKernel::avx_mathfun ? box_muller16_mathfun : box_muller16_libm;
+  const NormalKernel kernel = g.normal_kernel();
   if (dt == DType::f32) {
     // f32: all n uniforms first, then blocks in place; a ragged end redraws its last 16.
     float* d = static_cast<float*>(out);
     for (int64_t i = 0; i < n; ++i) d[i] = uniform_float(g);
-    for (int64_t i = 0; i + 16 <= n; i += 16) box_muller(d + i, mean, std_);
+    box_muller_blocks(d, n / 16, mean, std_, kernel);
     if (n % 16 != 0) {
       float* tail = d + n - 16;
       for (int i = 0; i < 16; ++i) tail[i] = uniform_float(g);
-      box_muller(tail, mean, std_);
+      box_muller_blocks(tail, 1, mean, std_, kernel);
     }
     return;
   }
@@ -215,8 +233,13 @@ void normal_fill(void* out, DType dt, int64_t n, float mean, float std_, Generat
   float buf[16];
   auto block = [&](int64_t at) {
     for (int i = 0; i < 16; ++i) buf[i] = uniform_float(g);
-    box_muller(buf, mean, std_);
-    for (int i = 0; i < 16; ++i) store(out, dt, at + i, buf[i]);
+    box_muller_blocks(buf, 1, mean, std_, kernel);
+    uint16_t* o = static_cast<uint16_t*>(out) + at;
+    if (dt == DType::bf16) {
+      for (int i = 0; i < 16; ++i) o[i] = f32_to_bf16(buf[i]);
+    } else {
+      for (int i = 0; i < 16; ++i) o[i] = f32_to_f16(buf[i]);
+    }
   };
   for (int64_t i = 0; i + 16 <= n; i += 16) block(i);
   if (n % 16 != 0) block(n - 16);
