@@ -120,7 +120,7 @@ CheckpointReader CheckpointReader::open(const std::string& path, const std::stri
   }
   for (const auto& [shard, n] : counts) {
     TESSERA_CHECK(fs::is_regular_file(shard, ec), file, ": shard '",
-                  fs::path(shard).filename().string(), "' (", n, " tensors) is missing");
+                  fs::path(shard).filename().string(), "' (holding ", n, n == 1 ? " tensor" : " tensors", ") is missing");
   }
   return r;
 }

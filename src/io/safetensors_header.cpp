@@ -66,6 +66,7 @@ std::vector<SafetensorsEntry> parse_impl(const char* text, size_t len, size_t da
   try {
     header = json::parse(text, text + len, on_event);
   } catch (const json::parse_error& e) {
+    if (e.byte > len) TESSERA_FAIL(file, ": header is not valid JSON (it ends mid-value)");
     TESSERA_FAIL(file, ": header is not valid JSON (syntax error at byte ", e.byte, " of ", len,
                  ")");
   }
@@ -109,8 +110,8 @@ std::vector<SafetensorsEntry> parse_impl(const char* text, size_t len, size_t da
     for (auto& d : *sh) {
       TESSERA_CHECK(!d.is_number_integer() || d.is_number_unsigned(), file, ": tensor '", pname,
                     "' shape ", sh->dump(), " has a negative dimension");
-      TESSERA_CHECK(d.is_number_unsigned(), file, ": tensor '", pname, "' shape has a ",
-                    d.type_name(), " dimension, expected non-negative integers");
+      TESSERA_CHECK(d.is_number_unsigned(), file, ": tensor '", pname, "' shape ",
+                    printable_name(sh->dump(), 60), " has a non-integer dimension");
       const uint64_t v = d.get<uint64_t>();
       TESSERA_CHECK(v < kMaxDim && (v == 0 || numel <= kMaxNumel / v), file, ": tensor '", pname,
                     "' shape is too large (over 2^50 elements)");
