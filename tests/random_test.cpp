@@ -147,6 +147,14 @@ TEST(Random, RandUniform) {
   EXPECT_TRUE(bit_equal(randn({18}, DType::f32, g), fx.at("mix_3_f32")));
 }
 
+TEST(Random, NormalWithMeanAndStd) {
+  REQUIRE_FIXTURE("rng/normal.safetensors");
+  for (const auto& [key, expected] : test::load_fixture("rng/normal.safetensors")) {
+    Generator g(3);
+    EXPECT_TRUE(bit_equal(normal(expected.shape(), 0.3, 2.5, dtype_of(key), g), expected)) << key;
+  }
+}
+
 TEST(Random, ManualSeedResets) {
   Generator g(7);
   const Tensor a = randn({3}, DType::f32, g);  // leaves a cached normal sample

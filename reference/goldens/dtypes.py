@@ -101,4 +101,5 @@ def make(fixtures_dir: pathlib.Path) -> None:
     out["i64_to_bf16"] = i64.to(torch.bfloat16)
     out["i64_to_f16"] = i64.to(torch.float16)
     save(fixtures_dir / "dtypes" / "conversions.safetensors", out,
-         {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()})
+         {"reference": f"torch {torch.__version__} "  # one key: several are written unordered
+                       f"cpu_capability {torch.backends.cpu.get_cpu_capability()}"})

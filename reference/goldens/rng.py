@@ -7,6 +7,7 @@ Writes tests/fixtures/rng/:
   randn_full.safetensors    seed 0, (1, 16, 128, 128) in full (f32, bf16)
   sequences.safetensors     successive draws from one generator (state must advance as torch's)
   rand.safetensors          torch.rand
+  normal.safetensors        Tensor.normal_(mean=0.3, std=2.5)
   randn_scalar.safetensors  the same kernels under ATEN_CPU_CAPABILITY=default (scalar libm
                             Box-Muller), written by a subprocess since the capability is fixed at
                             the first dispatch
@@ -62,7 +63,8 @@ def randn(seed, shape, dtype):
 def make_vectorised(d: pathlib.Path) -> None:
     cap = torch.backends.cpu.get_cpu_capability()
     assert cap in ("AVX2", "AVX512"), f"expected torch's AVX2/AVX512 kernels, got {cap}"
-    meta = {"torch": torch.__version__, "cpu_capability": cap}
+    # One metadata key: safetensors writes several in hash order, which breaks byte-identity.
+    meta = {"reference": f"torch {torch.__version__} cpu_capability {cap}"}
 
     out = {}
     for seed in SEEDS:
@@ -105,6 +107,15 @@ def make_vectorised(d: pathlib.Path) -> None:
     rnd["mix_3_f32"] = torch.randn((18,), generator=g)
     save(d / "rand.safetensors", rnd, meta)
 
+    # Tensor.normal_(mean, std): the mean/std arithmetic of both paths (double and float).
+    nrm = {}
+    for dt in DTYPES:
+        for n in (5, 16, 40):
+            g = torch.Generator("cpu").manual_seed(3)
+            t = torch.empty((n,), dtype=DTYPES[dt])
+            nrm[f"s3_{n}_{dt}"] = t.normal_(mean=0.3, std=2.5, generator=g)
+    save(d / "normal.safetensors", nrm, meta)
+
 
 def make_scalar(d: pathlib.Path) -> None:
     cap = torch.backends.cpu.get_cpu_capability()
@@ -114,7 +125,8 @@ def make_scalar(d: pathlib.Path) -> None:
         for dt in DTYPES:
             for shape in ((16,), (17,), (100,), (4099,)):
                 out[key(seed, shape, dt)] = randn(seed, shape, DTYPES[dt])
-    save(d / "randn_scalar.safetensors", out, {"torch": torch.__version__, "cpu_capability": cap})
+    meta = {"reference": f"torch {torch.__version__} cpu_capability {cap}"}
+    save(d / "randn_scalar.safetensors", out, meta)
 
 
 def make(fixtures_dir: pathlib.Path) -> None:
