@@ -1,0 +1,44 @@
+// Row kernels shared by the elementwise, norm and reduction ops. They work on fp32 buffers; the
+// op drivers convert bf16/f16 rows to fp32 chunks and back. One table per ISA, picked at run time.
+#pragma once
+#include <cstdint>
+
+#include "ops/elementwise.h"
+#include "runtime/cpu_features.h"
+
+namespace tessera {
+
+struct EwKernels {
+  CpuIsa isa;
+  // o[i] = a[i*sa] op b[i*sb] with sa, sb in {0, 1} (0 broadcasts element 0).
+  void (*binary)(BinaryOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* o,
+                 int64_t n);
+  // o[i] = op(x[i]). bf16_steps rounds the intermediates of composite ops (quick_gelu) to bf16
+  // where the torch expression rounds them.
+  void (*unary)(UnaryOp op, const float* x, float* o, int64_t n, bool bf16_steps);
+  void (*bf16_to_f32)(const uint16_t* x, float* o, int64_t n);
+  void (*f32_to_bf16)(const float* x, uint16_t* o, int64_t n);  // round to nearest even
+  // Sums in a fixed 16-lane order, so every ISA adds in the same order.
+  float (*sum)(const float* x, int64_t n);
+  float (*sum_sq)(const float* x, int64_t n);
+  float (*sum_sq_dev)(const float* x, float mean, int64_t n);  // sum (x - mean)^2
+  // o[i] = x[i] * a + b
+  void (*scale_shift)(const float* x, float a, float b, float* o, int64_t n);
+};
+
+const EwKernels& ew_kernels();                  // best for cpu_isa()
+const EwKernels& ew_kernels_for(CpuIsa isa);    // a given path (capped to what is built)
+const EwKernels& ew_kernels_scalar();
+const EwKernels& ew_kernels_avx2();
+const EwKernels& ew_kernels_avx512();
+
+// n contiguous elements of dtype t at p as floats: p itself for f32, else converted into buf.
+const float* ew_load(const void* p, DType t, int64_t n, float* buf);
+// Stores n floats to dst as dtype t (bf16 rounds to nearest even).
+void ew_store(const float* x, void* dst, DType t, int64_t n);
+// Rounds floats to dtype t and back: where a torch expression stores an intermediate.
+void ew_round_through(float* x, DType t, int64_t n);  // n <= kEwChunk
+// Elements per chunk of the row drivers (a multiple of every vector width).
+constexpr int64_t kEwChunk = 2048;
+
+}  // namespace tessera

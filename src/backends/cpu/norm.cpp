@@ -1,0 +1,144 @@
+// CPU layer/RMS/group norm: per-row (per-group) fp32 statistics over kEwChunk chunks with a
+// double running total, then one fused scale/shift/affine pass per chunk.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/elementwise_kernels.h"
+#include "ops/copy.h"
+#include "ops/norm.h"
+#include "runtime/parallel.h"
+
+namespace tessera {
+namespace {
+
+const char* at(const Tensor& t, int64_t elem) {
+  return static_cast<const char*>(t.raw_data()) + elem * int64_t(dtype_size(t.dtype()));
+}
+char* at_mut(const Tensor& t, int64_t elem) {
+  return static_cast<char*>(t.raw_data()) + elem * int64_t(dtype_size(t.dtype()));
+}
+
+std::vector<float> param_f32(const Tensor& p) {
+  if (!p.defined()) return {};
+  return contiguous(p).to_floats();
+}
+
+// Mean and biased variance of n contiguous elements of x starting at `start` (two passes).
+void moments(const Tensor& x, int64_t start, int64_t n, float* mean, float* var) {
+  const EwKernels& k = ew_kernels();
+  float buf[kEwChunk];
+  double s = 0;
+  for (int64_t c = 0; c < n; c += kEwChunk) {
+    const int64_t m = std::min(kEwChunk, n - c);
+    s += k.sum(ew_load(at(x, start + c), x.dtype(), m, buf), m);
+  }
+  const float mu = float(s / double(n));
+  double q = 0;
+  for (int64_t c = 0; c < n; c += kEwChunk) {
+    const int64_t m = std::min(kEwChunk, n - c);
+    q += k.sum_sq_dev(ew_load(at(x, start + c), x.dtype(), m, buf), mu, m);
+  }
+  *mean = mu;
+  *var = float(q / double(n));
+}
+
+int64_t row_grain(int64_t d) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)); }
+
+}  // namespace
+
+void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const Tensor x = contiguous(in[0]);
+  Tensor& o = out[0];
+  const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
+  const std::vector<float> b = param_f32(has_bias_ ? in[has_weight_ ? 2 : 1] : Tensor());
+  const int64_t d = x.shape().back();
+  const int64_t rows = d ? x.numel() / d : 0;
+  const EwKernels& k = ew_kernels();
+  const float eps = float(eps_);
+  parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
+    float buf[kEwChunk], bo[kEwChunk];
+    for (int64_t r = r0; r < r1; ++r) {
+      float mean, var;
+      moments(x, r * d, d, &mean, &var);
+      const float rstd = 1.f / std::sqrt(std::max(var, 0.f) + eps);
+      for (int64_t c = 0; c < d; c += kEwChunk) {
+        const int64_t m = std::min(kEwChunk, d - c);
+        const float* f = ew_load(at(x, r * d + c), x.dtype(), m, buf);
+        k.scale_shift(f, rstd, -rstd * mean, bo, m);
+        if (!w.empty()) k.binary(BinaryOp::mul, bo, 1, w.data() + c, 1, bo, m);
+        if (!b.empty()) k.binary(BinaryOp::add, bo, 1, b.data() + c, 1, bo, m);
+        ew_store(bo, at_mut(o, r * d + c), o.dtype(), m);
+      }
+    }
+  });
+}
+
+void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const Tensor x = contiguous(in[0]);
+  Tensor& o = out[0];
+  const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
+  const DType wt = has_weight_ ? in[1].dtype() : DType::f32;
+  const bool round_to_w = style_ == RmsNormStyle::diffusers && has_weight_ &&
+                          (wt == DType::bf16 || wt == DType::f16);
+  const bool round_to_x = style_ == RmsNormStyle::llama;
+  const int64_t d = x.shape().back();
+  const int64_t rows = d ? x.numel() / d : 0;
+  const EwKernels& k = ew_kernels();
+  const float eps = float(eps_);
+  parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
+    float buf[kEwChunk], bo[kEwChunk];
+    for (int64_t r = r0; r < r1; ++r) {
+      double ss = 0;
+      for (int64_t c = 0; c < d; c += kEwChunk) {
+        const int64_t m = std::min(kEwChunk, d - c);
+        ss += k.sum_sq(ew_load(at(x, r * d + c), x.dtype(), m, buf), m);
+      }
+      // torch: mean = sum / n in fp32, then rsqrt(mean + eps) as 1 / sqrt.
+      const float var = float(ss) / float(d);
+      const float rr = 1.f / std::sqrt(var + eps);
+      for (int64_t c = 0; c < d; c += kEwChunk) {
+        const int64_t m = std::min(kEwChunk, d - c);
+        const float* f = ew_load(at(x, r * d + c), x.dtype(), m, buf);
+        k.binary(BinaryOp::mul, f, 1, &rr, 0, bo, m);
+        if (round_to_w) ew_round_through(bo, wt, m);
+        if (round_to_x) ew_round_through(bo, x.dtype(), m);
+        if (!w.empty()) k.binary(BinaryOp::mul, bo, 1, w.data() + c, 1, bo, m);
+        ew_store(bo, at_mut(o, r * d + c), o.dtype(), m);
+      }
+    }
+  });
+}
+
+void GroupNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const Tensor x = contiguous(in[0]);
+  Tensor& o = out[0];
+  const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
+  const std::vector<float> b = param_f32(has_bias_ ? in[has_weight_ ? 2 : 1] : Tensor());
+  const int64_t n = x.shape()[0], ch = x.shape()[1];
+  const int64_t hw = n * ch != 0 ? x.numel() / (n * ch) : 0;
+  const int64_t cpg = ch / groups_;
+  const EwKernels& k = ew_kernels();
+  const float eps = float(eps_);
+  parallel_for(n * groups_, 1, [&](int64_t g0, int64_t g1) {
+    float buf[kEwChunk], bo[kEwChunk];
+    for (int64_t ng = g0; ng < g1; ++ng) {
+      const int64_t start = ng * cpg * hw;
+      float mean, var;
+      moments(x, start, cpg * hw, &mean, &var);
+      const float rstd = 1.f / std::sqrt(std::max(var, 0.f) + eps);
+      for (int64_t ci = 0; ci < cpg; ++ci) {
+        const int64_t c = (ng % groups_) * cpg + ci;
+        const float scale = rstd * (w.empty() ? 1.f : w[c]);
+        const float shift = -scale * mean + (b.empty() ? 0.f : b[c]);
+        const int64_t base = start + ci * hw;
+        for (int64_t s = 0; s < hw; s += kEwChunk) {
+          const int64_t m = std::min(kEwChunk, hw - s);
+          k.scale_shift(ew_load(at(x, base + s), x.dtype(), m, buf), scale, shift, bo, m);
+          ew_store(bo, at_mut(o, base + s), o.dtype(), m);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tessera
