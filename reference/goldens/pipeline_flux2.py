@@ -51,6 +51,7 @@ from goldens._common import seeded
 NAME = "flux2-dev-tiny"
 SHARDS = {"transformer": "300KB", "text_encoder": "300KB"}
 OUT_LAYERS = (10, 20, 30)  # the pipeline's default text_encoder_out_layers
+COMPONENTS = ["text_encoder", "transformer", "vae.decode", "vae.encode"]
 
 SCHEDULER = dict(
     num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
@@ -59,12 +60,12 @@ SCHEDULER = dict(
     use_beta_sigmas=False, time_shift_type="exponential", stochastic_sampling=False)
 
 CASES = [
-    dict(name="cat_64x64", prompt="a photo of a cat", seed=0, height=64, width=64, steps=2,
-         guidance_scale=4.0, max_sequence_length=512),
+    dict(name="cat_64x64", prompt="a photo of a cat", seed=0, height=64, width=64,
+         num_inference_steps=2, guidance_scale=4.0, max_sequence_length=512),
     dict(name="fox_48x80", prompt="A red fox in the snow, watercolor painting", seed=42,
-         height=48, width=80, steps=3, guidance_scale=4.0, max_sequence_length=64),
+         height=48, width=80, num_inference_steps=3, guidance_scale=4.0, max_sequence_length=64),
     dict(name="robot_96x48", prompt="a tiny robot reading a book", seed=7, height=96,
-         width=48, steps=4, guidance_scale=4.0, max_sequence_length=128),
+         width=48, num_inference_steps=4, guidance_scale=4.0, max_sequence_length=128),
 ]
 
 # PixtralProcessor settings for the tiny vision tower (Mistral Small 3 uses patch 14, merge 2).
@@ -157,9 +158,16 @@ def _chat_inputs(tok, prompts, max_length):
         padding="max_length", truncation=True, max_length=max_length)
 
 
+def _save_component(dst: pathlib.Path, inputs, outputs, intermediates, info: dict) -> None:
+    """pc.save_component_golden with the manifest keys the FLUX.1 goldens also carry."""
+    info = dict(info, component=dst.parent.name, dtype=dst.name,
+                model=f"{NAME}/{dst.parent.name.split('.')[0]}",
+                weights=f"bf16 files loaded in {dst.name}")
+    pc.save_component_golden(dst, inputs, outputs, intermediates, info)
+
+
 def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) -> None:
     dtype = pc.DTYPES[dtype_name]
-    note = f"weights: {NAME} bf16 files loaded as {dtype_name}"
 
     # Mistral3 text encoder: the pipeline reads hidden_states[10], [20], [30].
     model = pipe.text_encoder
@@ -180,9 +188,9 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
     outputs["prompt_embeds"] = torch.stack([res.hidden_states[k] for k in OUT_LAYERS], dim=1) \
         .permute(0, 2, 1, 3).reshape(2, -1, 3 * model.config.text_config.hidden_size)
     inter = rec.tensors
-    pc.save_component_golden(
+    _save_component(
         out / "text_encoder" / dtype_name, inputs, outputs, inter,
-        {"class": "Mistral3ForConditionalGeneration", "note": note,
+        {"class": "Mistral3ForConditionalGeneration",
          "prompts": ["a photo of a cat", ""], "max_length": 64,
          "call": "model(input_ids, attention_mask, output_hidden_states=True, use_cache=False)",
          "outputs_note": "hidden_states.N as in the output tuple (0 = embeddings, N = layer N "
@@ -223,9 +231,9 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
     for k, v in rope.tensors.items():
         which = "img" if k.startswith("pos_embed@0") else "txt"
         inter[f"pos_embed.{which}.{k.rsplit('.', 1)[1]}"] = v
-    pc.save_component_golden(
+    _save_component(
         out / "transformer" / dtype_name, inputs, pc.flatten("", res), inter,
-        {"class": "Flux2Transformer2DModel", "note": note,
+        {"class": "Flux2Transformer2DModel",
          "call": "model(hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, "
                  "guidance)",
          "inputs_note": "timestep is already divided by 1000 as the pipeline passes it; guidance "
@@ -241,8 +249,8 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
              + [f"decoder.up_blocks.{i}" for i in range(len(vae.decoder.up_blocks))])
     with torch.no_grad(), pc.ActivationRecorder(vae, names) as rec:
         res = vae.decode(z, return_dict=True)
-    pc.save_component_golden(out / "vae_decode" / dtype_name, {"z": z}, pc.flatten("", res),
-                             rec.tensors, {"class": "AutoencoderKLFlux2", "note": note,
+    _save_component(out / "vae.decode" / dtype_name, {"z": z}, pc.flatten("", res),
+                             rec.tensors, {"class": "AutoencoderKLFlux2",
                                            "call": "vae.decode(z)"})
     sample = (torch.rand(1, 3, 32, 48, generator=g) * 2 - 1).to(dtype)
     names = (["encoder.conv_in", "encoder.mid_block", "encoder.conv_out",
@@ -254,8 +262,8 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
                "latent_dist.std": dist.std, "latent_dist.mode": dist.mode(),
                "bn.running_mean": vae.bn.running_mean.detach().clone(),
                "bn.running_var": vae.bn.running_var.detach().clone()}
-    pc.save_component_golden(out / "vae_encode" / dtype_name, {"sample": sample}, outputs,
-                             rec.tensors, {"class": "AutoencoderKLFlux2", "note": note,
+    _save_component(out / "vae.encode" / dtype_name, {"sample": sample}, outputs,
+                             rec.tensors, {"class": "AutoencoderKLFlux2",
                                            "call": "vae.encode(sample).latent_dist"})
 
 
@@ -267,12 +275,14 @@ def _pipeline_case(pipe: Flux2Pipeline, case: dict, dtype_name: str, dst: pathli
     with (pc.MethodRecorder(pipe, "prepare_latents", ["initial_latents", "latent_ids"]) as lat,
           pc.MethodRecorder(pipe, "encode_prompt", ["prompt_embeds", "text_ids"]) as enc,
           pc.InputRecorder(pipe.text_encoder, "text_encoder", ["input_ids"]) as te_in,
+          pc.InputRecorder(pipe.transformer, "tr", ["hidden_states"]) as tr_in,
           pc.ActivationRecorder(pipe.transformer, [""], per_call=True) as tr_out,
           pc.InputRecorder(pipe.vae.post_quant_conv, "vae", ["z"]) as dec_in,
           pc.ActivationRecorder(pipe.vae, ["decoder"]) as dec_out):
         images = pipe(
             prompt=case["prompt"], height=case["height"], width=case["width"],
-            num_inference_steps=case["steps"], guidance_scale=case["guidance_scale"],
+            num_inference_steps=case["num_inference_steps"],
+            guidance_scale=case["guidance_scale"],
             max_sequence_length=case["max_sequence_length"],
             generator=seeded(case["seed"]), output_type="np",
             callback_on_step_end=steps, callback_on_step_end_tensor_inputs=["latents"],
@@ -283,31 +293,39 @@ def _pipeline_case(pipe: Flux2Pipeline, case: dict, dtype_name: str, dst: pathli
     tensors.update(steps.tensors)
     tensors["input_ids"] = te_in.tensors["text_encoder.input_ids@0"]
     tensors["attention_mask"] = te_in.tensors["text_encoder.attention_mask@0"]
-    for k, v in tr_out.tensors.items():
-        tensors["noise_pred." + k.split("@")[1].split(".")[0]] = v
-    tensors["vae_decode_input"] = dec_in.tensors["vae.z@0"]
-    tensors["decoded"] = dec_out.tensors["decoder"]
+    for i in range(tr_in.calls):
+        tensors[f"timestep.{i}"] = tr_in.tensors[f"tr.timestep@{i}"]
+        tensors[f"noise_pred.{i}"] = tr_out.tensors[f"@{i}.0"]
+    tensors["guidance"] = tr_in.tensors["tr.guidance@0"]
+    tensors["vae_z"] = dec_in.tensors["vae.z@0"]
+    tensors["vae_sample"] = dec_out.tensors["decoder"]
     tensors["timesteps"] = pipe.scheduler.timesteps.detach().clone().to(torch.float32)
     tensors["sigmas"] = pipe.scheduler.sigmas.detach().clone().to(torch.float32)
     tensors.update(pc.image_tensors(images))
     seq = (case["height"] // 16) * (case["width"] // 16)
     manifest = dict(case)
     manifest.update(
-        pipeline=NAME, dtype=dtype_name, output_type="np",
+        model=NAME, pipeline="Flux2Pipeline", dtype=dtype_name, output_type="np",
         text_encoder_out_layers=list(OUT_LAYERS), image_seq_len=seq,
-        mu=compute_empirical_mu(seq, case["steps"]),
-        generator='torch.Generator("cpu").manual_seed(seed)',
+        mu=compute_empirical_mu(seq, case["num_inference_steps"]),
+        generator="torch.Generator('cpu').manual_seed(seed)",
         notes={
-            "initial_latents": "prepare_latents output: noise drawn as (B,128,H/16,W/16) in the "
-                               "pipeline dtype, packed to (B, H/16*W/16, 128); latent_ids (B,N,4)",
-            "latents.N": "packed latents after step N (callback_on_step_end)",
-            "noise_pred.N": "transformer output at step N",
-            "input_ids": "chat-template ids the text encoder got, with attention_mask",
-            "vae_decode_input": "tokens scattered by ids, de-normalised with the VAE BatchNorm "
-                                "statistics, un-patchified: the input of vae.decode "
-                                "(post_quant_conv)",
-            "decoded": "vae decoder output in [-1, 1] before postprocess",
-            "image": "output_type=np, (B,H,W,3) in [0,1]; image_uint8 as numpy_to_pil gives",
+            "initial_latents": "prepare_latents output: noise drawn as (B, 128, H/16, W/16) in "
+                               "the pipeline dtype, packed to (B, H/16*W/16, 128); latent_ids "
+                               "(B, N, 4) rows (0, h, w, 0)",
+            "latents.i": "packed latents after step i (callback_on_step_end)",
+            "noise_pred.i/timestep.i": "transformer output / its timestep argument (t/1000) at "
+                                       "step i; guidance: its guidance argument (float32)",
+            "input_ids/attention_mask": "chat-template ids the text encoder got (left padded)",
+            "prompt_embeds/text_ids": "stacked hidden_states[10, 20, 30] (B, L, 96) and text ids "
+                                      "(B, L, 4) rows (0, 0, 0, l)",
+            "timesteps/sigmas": "scheduler state after set_timesteps (sigmas end in 0)",
+            "vae_z": "tokens scattered back by latent_ids, de-normalised with the VAE BatchNorm "
+                     "statistics (x * sqrt(var + eps) + mean), un-patchified: the input of "
+                     "vae.decode (post_quant_conv)",
+            "vae_sample": "VAE decoder output (before postprocess)",
+            "image": "output_type=np, (B, H, W, 3) float32 in [0, 1]",
+            "image_uint8": "the PIL image's uint8 pixels (B, H, W, 3), stored as int32",
         })
     pc.save_case(dst, tensors, manifest)
 
@@ -330,5 +348,9 @@ def make(fixtures: pathlib.Path) -> None:
         _component_goldens(pipe, out / "components", dtype_name)
         for case in CASES:
             _pipeline_case(pipe, case, dtype_name, out / "pipeline" / case["name"] / dtype_name)
+    pc.write_json(out / "index.json", {
+        "model": NAME, "pipeline": "Flux2Pipeline", "components": COMPONENTS,
+        "dtypes": list(pc.DTYPES), "cases": [c["name"] for c in CASES],
+        "guidance_scale": 4.0, "scheduler": SCHEDULER})
     print(f"[{NAME}] pipeline {pc.dir_size(pipe_dir) / 1e6:.2f} MB, goldens "
           f"{pc.dir_size(out) / 1e6:.2f} MB")

@@ -47,15 +47,16 @@ from goldens._common import seeded
 
 NAME = "sd35-medium-tiny"
 SHARDS = {"transformer": "200KB", "text_encoder_3": "60KB"}
+COMPONENTS = ["text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae.decode",
+              "vae.encode"]
 
 CASES = [
-    # name, prompt, seed, height, width, steps, guidance, max_sequence_length
     dict(name="cat_64x64_cfg", prompt="a photo of a cat", seed=0, height=64, width=64,
-         steps=2, guidance_scale=5.0, max_sequence_length=256),
+         num_inference_steps=2, guidance_scale=5.0, max_sequence_length=256),
     dict(name="fox_48x80_cfg", prompt="A red fox in the snow, watercolor painting", seed=42,
-         height=48, width=80, steps=3, guidance_scale=7.0, max_sequence_length=32),
+         height=48, width=80, num_inference_steps=3, guidance_scale=7.0, max_sequence_length=32),
     dict(name="robot_96x48_nocfg", prompt="a tiny robot reading a book", seed=7, height=96,
-         width=48, steps=2, guidance_scale=1.0, max_sequence_length=77),
+         width=48, num_inference_steps=2, guidance_scale=1.0, max_sequence_length=77),
 ]
 
 
@@ -95,7 +96,8 @@ def build_pipeline(tok_dirs: dict[str, pathlib.Path]) -> StableDiffusion3Pipelin
         pc.init_weights_(model, seed=1000 + seed)
     return StableDiffusion3Pipeline(
         transformer=transformer, scheduler=scheduler, vae=vae,
-        text_encoder=text_encoder, tokenizer=CLIPTokenizer.from_pretrained(str(tok_dirs["tokenizer"])),
+        text_encoder=text_encoder,
+        tokenizer=CLIPTokenizer.from_pretrained(str(tok_dirs["tokenizer"])),
         text_encoder_2=text_encoder_2,
         tokenizer_2=CLIPTokenizer.from_pretrained(str(tok_dirs["tokenizer_2"])),
         text_encoder_3=text_encoder_3,
@@ -127,13 +129,20 @@ TOKENIZER_BUILDERS = {
 # ---- component goldens ------------------------------------------------------------------------
 
 
+def _save_component(dst: pathlib.Path, inputs, outputs, intermediates, info: dict) -> None:
+    """pc.save_component_golden with the manifest keys the FLUX.1 goldens also carry."""
+    info = dict(info, component=dst.parent.name, dtype=dst.name,
+                model=f"{NAME}/{dst.parent.name.split('.')[0]}",
+                weights=f"bf16 files loaded in {dst.name}")
+    pc.save_component_golden(dst, inputs, outputs, intermediates, info)
+
+
 def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: str) -> None:
     dtype = pc.DTYPES[dtype_name]
     tok = CLIPTokenizer.from_pretrained(str(pipe_dir / "tokenizer"))
     tok2 = CLIPTokenizer.from_pretrained(str(pipe_dir / "tokenizer_2"))
     tok3 = T5TokenizerFast.from_pretrained(str(pipe_dir / "tokenizer_3"))
     prompts = ["a photo of a cat", ""]
-    note = f"weights: {NAME} bf16 files loaded as {dtype_name}"
 
     # CLIP-L / CLIP-G with projection: what the pipeline reads is text_embeds and hidden_states[-2].
     for comp, tk in (("text_encoder", tok), ("text_encoder_2", tok2)):
@@ -145,9 +154,9 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
                  + ["text_model.final_layer_norm", "text_projection"])
         with torch.no_grad(), pc.ActivationRecorder(model, names) as rec:
             res = model(input_ids=ids, output_hidden_states=True)
-        pc.save_component_golden(out / comp / dtype_name, {"input_ids": ids},
+        _save_component(out / comp / dtype_name, {"input_ids": ids},
                                  pc.flatten("", res), rec.tensors,
-                                 {"class": type(model).__name__, "prompts": prompts, "note": note,
+                                 {"class": type(model).__name__, "prompts": prompts,
                                   "call": "model(input_ids, output_hidden_states=True)"})
 
     model = pc.load_component(T5EncoderModel, pipe_dir / "text_encoder_3", dtype)
@@ -158,9 +167,9 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
              + [f"encoder.block.{i}.layer.0" for i in range(n)] + ["encoder.final_layer_norm"])
     with torch.no_grad(), pc.ActivationRecorder(model, names) as rec:
         res = model(input_ids=ids, output_hidden_states=True)
-    pc.save_component_golden(out / "text_encoder_3" / dtype_name, {"input_ids": ids},
+    _save_component(out / "text_encoder_3" / dtype_name, {"input_ids": ids},
                              pc.flatten("", res), rec.tensors,
-                             {"class": "T5EncoderModel", "prompts": prompts, "note": note,
+                             {"class": "T5EncoderModel", "prompts": prompts,
                               "call": "model(input_ids, output_hidden_states=True)"})
 
     # Transformer: CFG-sized batch of 2, non-square latent grid 6x10 (48x80 px), 77+32 tokens.
@@ -182,14 +191,15 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
     with (torch.no_grad(), pc.ActivationRecorder(model, names) as rec,
           pc.ActivationRecorder(model, sub_names) as sub):
         res = model(**inputs, return_dict=True)
-    pc.save_component_golden(out / "transformer" / dtype_name, inputs, pc.flatten("", res),
+    _save_component(out / "transformer" / dtype_name, inputs, pc.flatten("", res),
                              {**rec.tensors, **sub.tensors},
-                             {"class": "SD3Transformer2DModel", "note": note,
+                             {"class": "SD3Transformer2DModel",
                               "call": "model(hidden_states, timestep, encoder_hidden_states, "
                                       "pooled_projections)",
-                              "intermediates_note": "transformer_blocks.N.0 = encoder_hidden_states,"
-                                                    " .1 = hidden_states (the last block "
-                                                    "returns None for the context)"})
+                              "intermediates_note": "transformer_blocks.N.0 = "
+                                                    "encoder_hidden_states, .1 = hidden_states "
+                                                    "(the last block returns None for the "
+                                                    "context)"})
 
     vae = pc.load_component(AutoencoderKL, pipe_dir / "vae", dtype)
     z = torch.randn(1, 16, 4, 6, generator=g).to(dtype)
@@ -197,8 +207,8 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
              + [f"decoder.up_blocks.{i}" for i in range(len(vae.decoder.up_blocks))])
     with torch.no_grad(), pc.ActivationRecorder(vae, names) as rec:
         res = vae.decode(z, return_dict=True)
-    pc.save_component_golden(out / "vae_decode" / dtype_name, {"z": z}, pc.flatten("", res),
-                             rec.tensors, {"class": "AutoencoderKL", "note": note,
+    _save_component(out / "vae.decode" / dtype_name, {"z": z}, pc.flatten("", res),
+                             rec.tensors, {"class": "AutoencoderKL",
                                            "call": "vae.decode(z)"})
     sample = (torch.rand(1, 3, 32, 48, generator=g) * 2 - 1).to(dtype)
     names = (["encoder.conv_in", "encoder.mid_block", "encoder.conv_out"]
@@ -207,8 +217,8 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
         dist = vae.encode(sample).latent_dist
     outputs = {"latent_dist.mean": dist.mean, "latent_dist.logvar": dist.logvar,
                "latent_dist.std": dist.std, "latent_dist.mode": dist.mode()}
-    pc.save_component_golden(out / "vae_encode" / dtype_name, {"sample": sample}, outputs,
-                             rec.tensors, {"class": "AutoencoderKL", "note": note,
+    _save_component(out / "vae.encode" / dtype_name, {"sample": sample}, outputs,
+                             rec.tensors, {"class": "AutoencoderKL",
                                            "call": "vae.encode(sample).latent_dist"})
 
 
@@ -221,12 +231,17 @@ def _pipeline_case(pipe, case: dict, dtype_name: str, dst: pathlib.Path) -> None
                  "negative_pooled_prompt_embeds"]
     with (pc.MethodRecorder(pipe, "prepare_latents", "initial_latents") as lat,
           pc.MethodRecorder(pipe, "encode_prompt", enc_names) as enc,
+          pc.InputRecorder(pipe.text_encoder, "clip_l", ["input_ids"]) as ids_l,
+          pc.InputRecorder(pipe.text_encoder_2, "clip_g", ["input_ids"]) as ids_g,
+          pc.InputRecorder(pipe.text_encoder_3, "t5", ["input_ids"]) as ids_t5,
+          pc.InputRecorder(pipe.transformer, "tr", ["hidden_states"]) as tr_in,
           pc.ActivationRecorder(pipe.transformer, [""], per_call=True) as tr_out,
-          pc.InputRecorder(pipe.vae.decoder, "vae_decoder", ["sample"]) as dec_in,
+          pc.InputRecorder(pipe.vae.decoder, "vae", ["z"]) as dec_in,
           pc.ActivationRecorder(pipe.vae, ["decoder"]) as dec_out):
         images = pipe(
             prompt=case["prompt"], height=case["height"], width=case["width"],
-            num_inference_steps=case["steps"], guidance_scale=case["guidance_scale"],
+            num_inference_steps=case["num_inference_steps"],
+            guidance_scale=case["guidance_scale"],
             max_sequence_length=case["max_sequence_length"],
             generator=seeded(case["seed"]), output_type="np",
             callback_on_step_end=steps, callback_on_step_end_tensor_inputs=["latents"],
@@ -235,26 +250,39 @@ def _pipeline_case(pipe, case: dict, dtype_name: str, dst: pathlib.Path) -> None
     tensors.update(lat.tensors)
     tensors.update(enc.tensors)
     tensors.update(steps.tensors)
-    # Transformer output per call (before CFG): noise_pred.<step>.
-    for k, v in tr_out.tensors.items():
-        tensors["noise_pred." + k.split("@")[1].split(".")[0]] = v
-    tensors["vae_decode_input"] = dec_in.tensors["vae_decoder.sample@0"]
-    tensors["decoded"] = dec_out.tensors["decoder"]
+    # encode_prompt runs the prompt first, then the negative prompt.
+    for rec, name in ((ids_l, "clip_l"), (ids_g, "clip_g"), (ids_t5, "t5")):
+        tensors[f"{name}_input_ids"] = rec.tensors[f"{name}.input_ids@0"]
+        if f"{name}.input_ids@1" in rec.tensors:
+            tensors[f"negative_{name}_input_ids"] = rec.tensors[f"{name}.input_ids@1"]
+    for i in range(tr_in.calls):
+        tensors[f"timestep.{i}"] = tr_in.tensors[f"tr.timestep@{i}"]
+        tensors[f"noise_pred.{i}"] = tr_out.tensors[f"@{i}.0"]
+    tensors["vae_z"] = dec_in.tensors["vae.z@0"]
+    tensors["vae_sample"] = dec_out.tensors["decoder"]
     tensors["timesteps"] = pipe.scheduler.timesteps.detach().clone().to(torch.float32)
     tensors["sigmas"] = pipe.scheduler.sigmas.detach().clone().to(torch.float32)
     tensors.update(pc.image_tensors(images))
     manifest = dict(case)
     manifest.update(
-        pipeline=NAME, dtype=dtype_name, negative_prompt="", output_type="np",
-        do_classifier_free_guidance=case["guidance_scale"] > 1,
-        generator='torch.Generator("cpu").manual_seed(seed)',
+        model=NAME, pipeline="StableDiffusion3Pipeline", dtype=dtype_name, negative_prompt="",
+        output_type="np", do_classifier_free_guidance=case["guidance_scale"] > 1,
+        generator="torch.Generator('cpu').manual_seed(seed)",
         notes={
-            "initial_latents": "prepare_latents output (B,16,H/8,W/8), drawn in the pipeline dtype",
-            "latents.N": "latents after step N (callback_on_step_end)",
-            "noise_pred.N": "transformer output at step N, before CFG (batch [uncond, cond])",
-            "vae_decode_input": "latents / scaling_factor + shift_factor",
-            "decoded": "vae.decode sample in [-1, 1] before postprocess",
-            "image": "output_type=np, (B,H,W,3) in [0,1]; image_uint8 as numpy_to_pil gives",
+            "initial_latents": "prepare_latents output (B, 16, H/8, W/8), drawn in the pipeline "
+                               "dtype",
+            "latents.i": "latents after step i (callback_on_step_end)",
+            "noise_pred.i/timestep.i": "transformer output (before CFG; batch [uncond, cond] "
+                                       "with CFG) / its timestep argument (0..1000) at step i",
+            "clip_l/clip_g/t5_input_ids": "token ids each text encoder got for the prompt "
+                                          "(negative_*: for the empty negative prompt)",
+            "prompt_embeds": "(B, 77 + max_sequence_length, 32): [CLIP-L | CLIP-G | zero pad] "
+                             "penultimate states, then T5",
+            "timesteps/sigmas": "scheduler state after set_timesteps (sigmas end in 0)",
+            "vae_z/vae_sample": "VAE decoder input (latents / scaling_factor + shift_factor) and "
+                                "output (before postprocess)",
+            "image": "output_type=np, (B, H, W, 3) float32 in [0, 1]",
+            "image_uint8": "the PIL image's uint8 pixels (B, H, W, 3), stored as int32",
         })
     pc.save_case(dst, tensors, manifest)
 
@@ -280,5 +308,9 @@ def make(fixtures: pathlib.Path) -> None:
         pipe = pc.load_pipeline(StableDiffusion3Pipeline, pipe_dir, pc.DTYPES[dtype_name])
         for case in CASES:
             _pipeline_case(pipe, case, dtype_name, out / "pipeline" / case["name"] / dtype_name)
+    pc.write_json(out / "index.json", {
+        "model": NAME, "pipeline": "StableDiffusion3Pipeline", "components": COMPONENTS,
+        "dtypes": list(pc.DTYPES), "cases": [c["name"] for c in CASES],
+        "scheduler": {"num_train_timesteps": 1000, "shift": 3.0}})
     print(f"[{NAME}] pipeline {pc.dir_size(pipe_dir) / 1e6:.2f} MB, goldens "
           f"{pc.dir_size(out) / 1e6:.2f} MB")
