@@ -52,6 +52,10 @@ NAME = "flux2-dev-tiny"
 SHARDS = {"transformer": "300KB", "text_encoder": "300KB"}
 OUT_LAYERS = (10, 20, 30)  # the pipeline's default text_encoder_out_layers
 COMPONENTS = ["text_encoder", "transformer", "vae.decode", "vae.encode"]
+TUPLES = {"transformer_blocks.*": [".encoder_hidden_states", ".hidden_states"],
+          "transformer_blocks.*.attn": [".hidden_states", ".encoder_hidden_states"],
+          "pos_embed.*": [".cos", ".sin"],
+          "model.language_model.layers.*.self_attn": [""]}
 
 SCHEDULER = dict(
     num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
@@ -158,12 +162,32 @@ def _chat_inputs(tok, prompts, max_length):
         padding="max_length", truncation=True, max_length=max_length)
 
 
+def _rename(tensors: dict, fields: dict) -> dict:
+    """Names tuple outputs by meaning instead of position (as the FLUX.1 goldens do).
+
+    fields: module-path pattern ("*" = one index) -> names of the tuple elements in order; ""
+    keeps the module's own name.
+    """
+    out = {}
+    for k, v in tensors.items():
+        head, _, idx = k.rpartition(".")
+        for pattern, names in fields.items():
+            p = pattern.split(".")
+            h = head.split(".")
+            if idx.isdigit() and len(p) == len(h) and all(a in ("*", b) for a, b in zip(p, h)):
+                if int(idx) < len(names):
+                    k = head + names[int(idx)]
+                break
+        out[k] = v
+    return out
+
+
 def _save_component(dst: pathlib.Path, inputs, outputs, intermediates, info: dict) -> None:
     """pc.save_component_golden with the manifest keys the FLUX.1 goldens also carry."""
     info = dict(info, component=dst.parent.name, dtype=dst.name,
                 model=f"{NAME}/{dst.parent.name.split('.')[0]}",
                 weights=f"bf16 files loaded in {dst.name}")
-    pc.save_component_golden(dst, inputs, outputs, intermediates, info)
+    pc.save_component_golden(dst, inputs, outputs, _rename(intermediates or {}, TUPLES), info)
 
 
 def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) -> None:
@@ -230,7 +254,7 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
     # pos_embed runs on img_ids first, then txt_ids: (cos, sin) each.
     for k, v in rope.tensors.items():
         which = "img" if k.startswith("pos_embed@0") else "txt"
-        inter[f"pos_embed.{which}.{k.rsplit('.', 1)[1]}"] = v
+        inter[f"pos_embed.{which}.{k.rsplit('.', 1)[1]}"] = v  # renamed .cos / .sin
     _save_component(
         out / "transformer" / dtype_name, inputs, pc.flatten("", res), inter,
         {"class": "Flux2Transformer2DModel",
@@ -238,9 +262,8 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
                  "guidance)",
          "inputs_note": "timestep is already divided by 1000 as the pipeline passes it; guidance "
                         "is float32 as the pipeline makes it",
-         "intermediates_note": "transformer_blocks.N.0 = encoder_hidden_states, .1 = "
-                               "hidden_states; single_transformer_blocks.N is the joint "
-                               "[text, image] sequence; pos_embed.{img,txt}.{0,1} = (cos, sin)"})
+         "intermediates_note": "single_transformer_blocks.N is the joint [text, image] "
+                               "sequence; pos_embed.{img,txt}.{cos,sin} from img_ids / txt_ids"})
 
     vae = pipe.vae
     z = torch.randn(1, 32, 4, 6, generator=g).to(dtype)
@@ -305,6 +328,7 @@ def _pipeline_case(pipe: Flux2Pipeline, case: dict, dtype_name: str, dst: pathli
     seq = (case["height"] // 16) * (case["width"] // 16)
     manifest = dict(case)
     manifest.update(
+        max_sequence_length_is_default=case["max_sequence_length"] == 512,
         model=NAME, pipeline="Flux2Pipeline", dtype=dtype_name, output_type="np",
         text_encoder_out_layers=list(OUT_LAYERS), image_seq_len=seq,
         mu=compute_empirical_mu(seq, case["num_inference_steps"]),

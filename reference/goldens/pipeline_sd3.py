@@ -47,6 +47,13 @@ from goldens._common import seeded
 
 NAME = "sd35-medium-tiny"
 SHARDS = {"transformer": "200KB", "text_encoder_3": "60KB"}
+NORM1 = ["", ".gate_msa", ".shift_mlp", ".scale_mlp", ".gate_mlp", ".norm_hidden_states2",
+         ".gate_msa2"]  # AdaLayerNormZero / SD35AdaLayerNormZeroX outputs
+TUPLES = {"transformer_blocks.*": [".encoder_hidden_states", ".hidden_states"],
+          "transformer_blocks.*.attn": [".hidden_states", ".encoder_hidden_states"],
+          "transformer_blocks.*.norm1": NORM1,
+          "encoder.block.*": ["", ".position_bias"],
+          "encoder.block.*.layer.0": ["", ".position_bias"]}
 COMPONENTS = ["text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae.decode",
               "vae.encode"]
 
@@ -129,12 +136,32 @@ TOKENIZER_BUILDERS = {
 # ---- component goldens ------------------------------------------------------------------------
 
 
+def _rename(tensors: dict, fields: dict) -> dict:
+    """Names tuple outputs by meaning instead of position (as the FLUX.1 goldens do).
+
+    fields: module-path pattern ("*" = one index) -> names of the tuple elements in order; ""
+    keeps the module's own name.
+    """
+    out = {}
+    for k, v in tensors.items():
+        head, _, idx = k.rpartition(".")
+        for pattern, names in fields.items():
+            p = pattern.split(".")
+            h = head.split(".")
+            if idx.isdigit() and len(p) == len(h) and all(a in ("*", b) for a, b in zip(p, h)):
+                if int(idx) < len(names):
+                    k = head + names[int(idx)]
+                break
+        out[k] = v
+    return out
+
+
 def _save_component(dst: pathlib.Path, inputs, outputs, intermediates, info: dict) -> None:
     """pc.save_component_golden with the manifest keys the FLUX.1 goldens also carry."""
     info = dict(info, component=dst.parent.name, dtype=dst.name,
                 model=f"{NAME}/{dst.parent.name.split('.')[0]}",
                 weights=f"bf16 files loaded in {dst.name}")
-    pc.save_component_golden(dst, inputs, outputs, intermediates, info)
+    pc.save_component_golden(dst, inputs, outputs, _rename(intermediates or {}, TUPLES), info)
 
 
 def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: str) -> None:
@@ -164,11 +191,13 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
                add_special_tokens=True, return_tensors="pt").input_ids
     n = model.config.num_layers
     names = (["encoder.embed_tokens"] + [f"encoder.block.{i}" for i in range(n)]
-             + [f"encoder.block.{i}.layer.0" for i in range(n)] + ["encoder.final_layer_norm"])
-    with torch.no_grad(), pc.ActivationRecorder(model, names) as rec:
+             + ["encoder.final_layer_norm"])
+    sub_names = [f"encoder.block.{i}.layer.0" for i in range(n)]  # self-attention sub-layer
+    with (torch.no_grad(), pc.ActivationRecorder(model, names) as rec,
+          pc.ActivationRecorder(model, sub_names) as sub):
         res = model(input_ids=ids, output_hidden_states=True)
     _save_component(out / "text_encoder_3" / dtype_name, {"input_ids": ids},
-                             pc.flatten("", res), rec.tensors,
+                             pc.flatten("", res), {**rec.tensors, **sub.tensors},
                              {"class": "T5EncoderModel", "prompts": prompts,
                               "call": "model(input_ids, output_hidden_states=True)"})
 
@@ -196,10 +225,9 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
                              {"class": "SD3Transformer2DModel",
                               "call": "model(hidden_states, timestep, encoder_hidden_states, "
                                       "pooled_projections)",
-                              "intermediates_note": "transformer_blocks.N.0 = "
-                                                    "encoder_hidden_states, .1 = hidden_states "
-                                                    "(the last block returns None for the "
-                                                    "context)"})
+                              "intermediates_note": "the last block (context_pre_only) has no "
+                                                    ".encoder_hidden_states output; norm1.* are "
+                                                    "its AdaLN outputs (x, gates, shift/scale)"})
 
     vae = pc.load_component(AutoencoderKL, pipe_dir / "vae", dtype)
     z = torch.randn(1, 16, 4, 6, generator=g).to(dtype)
@@ -265,6 +293,7 @@ def _pipeline_case(pipe, case: dict, dtype_name: str, dst: pathlib.Path) -> None
     tensors.update(pc.image_tensors(images))
     manifest = dict(case)
     manifest.update(
+        max_sequence_length_is_default=case["max_sequence_length"] == 256,
         model=NAME, pipeline="StableDiffusion3Pipeline", dtype=dtype_name, negative_prompt="",
         output_type="np", do_classifier_free_guidance=case["guidance_scale"] > 1,
         generator="torch.Generator('cpu').manual_seed(seed)",
