@@ -1,0 +1,108 @@
+// GEMM throughput at FLUX shapes: tessera linear (oneDNN) in bf16 and f32, and OpenBLAS sgemm
+// (loaded with dlopen, for the library decision only; docs/decisions/0002-gemm-library.md).
+// y[M, N] = x[M, K] @ w[N, K]^T, weights laid out as torch.nn.Linear. Threads: num_threads()
+// (TESSERA_NUM_THREADS); OpenBLAS gets the same count. Side by side with PyTorch:
+// bench/run_gemm_vs_torch.py.
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/linalg.h"
+#include "runtime/parallel.h"
+
+namespace {
+
+using tessera::DType;
+using tessera::Tensor;
+
+// Deterministic values in [-1, 1) (no denormals, no zeros that could shortcut anything).
+std::vector<float> values(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = float(s >> 8) / float(1 << 23) - 1.0f;
+  }
+  return v;
+}
+
+void set_flops(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * double(m) * double(k) * double(n),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_tessera_linear(benchmark::State& state, DType dtype, bool repack_each_call) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const Tensor x = Tensor::from_floats(values(m * k, 1), {m, k}, dtype);
+  const Tensor w = Tensor::from_floats(values(n * k, 2), {n, k}, dtype);
+  tessera::clear_kernel_caches();
+  if (repack_each_call) tessera::set_packed_weight_cache_capacity(0);
+  benchmark::DoNotOptimize(tessera::linear(x, w).raw_data());  // warm-up: JIT, weight repack
+  for (auto _ : state) benchmark::DoNotOptimize(tessera::linear(x, w).raw_data());
+  tessera::set_packed_weight_cache_capacity(size_t(4) << 30);
+  tessera::clear_kernel_caches();
+  set_flops(state, m, k, n);
+  state.counters["threads"] = tessera::num_threads();
+}
+
+// OpenBLAS through dlopen, so the engine never links it (it is only compared here).
+struct OpenBlas {
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+  using SetThreads = void (*)(int);
+  Sgemm sgemm = nullptr;
+  SetThreads set_threads = nullptr;
+  OpenBlas() {
+    void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    sgemm = reinterpret_cast<Sgemm>(dlsym(h, "cblas_sgemm"));
+    set_threads = reinterpret_cast<SetThreads>(dlsym(h, "openblas_set_num_threads"));
+  }
+};
+
+void BM_openblas_sgemm(benchmark::State& state) {
+  static OpenBlas blas;
+  if (!blas.sgemm) {
+    state.SkipWithError("libopenblas.so.0 not found (apt install libopenblas0)");
+    return;
+  }
+  if (blas.set_threads) blas.set_threads(tessera::num_threads());
+  const int m = int(state.range(0)), k = int(state.range(1)), n = int(state.range(2));
+  const auto x = values(int64_t(m) * k, 1), w = values(int64_t(n) * k, 2);
+  std::vector<float> y(size_t(m) * size_t(n));
+  constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+  auto run = [&] {
+    blas.sgemm(kRowMajor, kNoTrans, kTrans, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(),
+               n);
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_flops(state, m, k, n);
+  state.counters["threads"] = tessera::num_threads();
+}
+
+// (M, K, N) of FLUX's transformer at 1024x1024: attention projections and the MLP.
+void flux_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({4608, 3072, 3072})->Args({4608, 3072, 12288})->Args({4608, 12288, 3072});
+  b->ArgNames({"M", "K", "N"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+}
+
+BENCHMARK_CAPTURE(BM_tessera_linear, bf16, DType::bf16, false)->Apply(flux_shapes);
+BENCHMARK_CAPTURE(BM_tessera_linear, f32, DType::f32, false)->Apply(flux_shapes);
+BENCHMARK(BM_openblas_sgemm)->Apply(flux_shapes);
+// The cost of not caching the repacked weight (one shape is enough to see it).
+BENCHMARK_CAPTURE(BM_tessera_linear, bf16_repack_each_call, DType::bf16, true)
+    ->Args({4608, 3072, 3072})
+    ->ArgNames({"M", "K", "N"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();
