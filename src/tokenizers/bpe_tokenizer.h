@@ -1,0 +1,93 @@
+// Byte-level BPE as Hugging Face tokenizers runs it: the model (vocab + ranked merges), the
+// GPT-2 byte <-> unicode alphabet, and BpeTokenizer built from a tokenizer.json (Mistral's
+// Tekken-style tokenizer), with the FLUX.2 chat prompt that Flux2Pipeline builds.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizers/encoding.h"
+
+namespace tessera::tokenizers {
+
+// GPT-2's reversible map from each byte to a printable code point.
+const std::array<char32_t, 256>& byte_to_unicode();
+
+class BpeModel {
+ public:
+  // merges: pairs of token strings in rank order. end_of_word_suffix: CLIP's "</w>".
+  BpeModel(std::unordered_map<std::string, int64_t> vocab,
+           const std::vector<std::pair<std::string, std::string>>& merges,
+           std::string end_of_word_suffix, int64_t unk_id, bool ignore_merges);
+  // Appends the ids of one pre-token given as byte-level code points.
+  void encode_word(std::u32string_view word, std::vector<int64_t>& out) const;
+  int64_t token_id(const std::string& token) const;  // -1 when absent
+  size_t vocab_size() const { return vocab_.size(); }
+
+ private:
+  std::unordered_map<std::string, int64_t> vocab_;
+  std::unordered_map<uint64_t, std::pair<int32_t, int64_t>> merges_;  // (a,b) -> (rank, merged)
+  std::string suffix_;
+  int64_t unk_id_;
+  bool ignore_merges_;
+};
+
+// Reads vocab/merges from a parsed tokenizer.json "model" object (type BPE).
+BpeModel bpe_model_from_json(const nlohmann::json& model, const std::string& file);
+// Token ids to put before and after the sequence, from tokenizer.json's "post_processor".
+struct PostProcessor {
+  std::vector<int64_t> prefix, suffix;
+};
+PostProcessor post_processor_from_json(const nlohmann::json& post, const std::string& file);
+std::vector<AddedToken> added_tokens_from_json(const nlohmann::json& tokenizer_json);
+// Reads a JSON file; errors name the file.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+// A special token from tokenizer_config.json / special_tokens_map.json: a string or
+// {"content": ...}; empty when absent.
+std::string special_token_field(const nlohmann::json& config, const char* key);
+
+class BpeTokenizer {
+ public:
+  // tokenizer.json (+ tokenizer_config.json beside it, for pad/bos/eos and padding_side).
+  static BpeTokenizer from_tokenizer_json(const std::filesystem::path& file);
+
+  // Tokens of `text` without padding (special tokens from the post-processor when asked).
+  std::vector<int64_t> tokenize(std::string_view text, bool add_special_tokens) const;
+  Encoding encode(std::string_view text, const EncodeOptions& options) const;
+
+  // The FLUX.2 prompt: Flux2Pipeline's format_input ([IMG] removed from the prompt) rendered by
+  // Mistral Small 3's chat template, tokenized without extra special tokens, truncated and
+  // padded to max_length on the tokenizer's padding side.
+  static std::string flux2_chat_prompt(std::string_view prompt, std::string_view system_message,
+                                       std::string_view bos_token);
+  Encoding encode_flux2_chat(std::string_view prompt, std::string_view system_message,
+                             int64_t max_length = 512) const;
+
+  int64_t pad_id() const { return pad_id_; }
+  Side padding_side() const { return padding_side_; }
+  const std::string& bos_token() const { return bos_token_; }
+  int64_t token_id(const std::string& token) const;
+
+ private:
+  BpeTokenizer(BpeModel model) : model_(std::move(model)) {}
+  BpeModel model_;
+  std::vector<AddedToken> added_;
+  PostProcessor post_;
+  bool split_tekken_ = false;      // Split(Tekken pattern) before ByteLevel
+  bool byte_level_regex_ = false;  // ByteLevel(use_regex=true): GPT-2 pattern
+  std::string bos_token_ = "<s>";
+  int64_t pad_id_ = 0;
+  Side padding_side_ = Side::right;
+  Side truncation_side_ = Side::right;
+};
+
+// Pre-tokenizers written out by hand (no regex engine over unicode). Each returns the pieces.
+std::vector<std::u32string> split_tekken(std::u32string_view text);
+std::vector<std::u32string> split_gpt2(std::u32string_view text);
+
+}  // namespace tessera::tokenizers

@@ -1,0 +1,187 @@
+// Tokenizers against transformers' ids (reference/goldens/tokenizers.py): every golden string,
+// every tokenizer, ids and attention masks compared exactly.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/error.h"
+#include "test_util.h"
+#include "tokenizers/bpe_tokenizer.h"
+#include "tokenizers/clip_tokenizer.h"
+#include "tokenizers/t5_tokenizer.h"
+#include "tokenizers/unicode.h"
+
+namespace tessera::tokenizers {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const char* kGolden = "tokenizers/golden_ids.json";
+
+const json& golden() {
+  static const json g = read_json_file(test::fixture_path(kGolden));
+  return g;
+}
+
+std::string mask_string(const std::vector<int64_t>& mask) {
+  std::string s;
+  for (int64_t m : mask) s.push_back(m ? '1' : '0');
+  return s;
+}
+
+std::string show(const std::vector<int64_t>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size() && i < 40; ++i) os << v[i] << ' ';
+  if (v.size() > 40) os << "... (" << v.size() << ")";
+  return os.str();
+}
+
+// Compares one golden column against `encode(string)`; reports up to 5 mismatching strings.
+template <typename Fn>
+void expect_matches(const std::string& column, Fn encode) {
+  const json& strings = golden().at("strings");
+  const json& expected = golden().at(column);
+  ASSERT_EQ(strings.size(), expected.size()) << column;
+  int failures = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    std::string text = strings[i].get<std::string>();
+    std::vector<int64_t> want = expected[i].at("ids").get<std::vector<int64_t>>();
+    std::string want_mask = expected[i].at("mask").get<std::string>();
+    Encoding got = encode(text);
+    if (got.ids != want || mask_string(got.attention_mask) != want_mask) {
+      if (++failures <= 5)
+        ADD_FAILURE() << column << " string #" << i << " " << json(text).dump()
+                      << "\n  expected ids " << show(want) << "\n  actual   ids " << show(got.ids)
+                      << "\n  expected mask " << want_mask << "\n  actual   mask "
+                      << mask_string(got.attention_mask);
+    }
+  }
+  EXPECT_EQ(failures, 0) << column << ": " << failures << " of " << strings.size()
+                         << " strings differ";
+}
+
+#define REQUIRE_GOLDEN() \
+  if (!test::has_fixture(kGolden)) GTEST_SKIP() << "missing fixture " << kGolden
+
+TEST(ClipTokenizer, MatchesTransformersPaddedWithEndOfText) {
+  REQUIRE_GOLDEN();
+  ClipTokenizer tok = ClipTokenizer::from_folder(test::fixture_path("tokenizers/clip"));
+  EXPECT_EQ(tok.bos_id(), 49406);
+  EXPECT_EQ(tok.eos_id(), 49407);
+  EXPECT_EQ(tok.pad_id(), 49407);
+  EXPECT_EQ(tok.model_max_length(), 77);
+  expect_matches("clip", [&](const std::string& s) { return tok.encode(s); });
+}
+
+TEST(ClipTokenizer, MatchesTransformersPaddedWithBang) {
+  REQUIRE_GOLDEN();
+  // SD3's tokenizer_2: the same vocabulary with pad_token "!" (id 0).
+  fs::path dir = fs::temp_directory_path() / "tessera_clip_pad_bang";
+  fs::create_directories(dir);
+  for (const char* f : {"vocab.json", "merges.txt"})
+    fs::copy_file(test::fixture_path(std::string("tokenizers/clip/") + f), dir / f,
+                  fs::copy_options::overwrite_existing);
+  json cfg = read_json_file(test::fixture_path("tokenizers/clip/tokenizer_config.json"));
+  cfg["pad_token"] = "!";
+  std::ofstream(dir / "tokenizer_config.json") << cfg.dump();
+  fs::remove(dir / "special_tokens_map.json");
+  ClipTokenizer tok = ClipTokenizer::from_folder(dir);
+  EXPECT_EQ(tok.pad_id(), 0);
+  expect_matches("clip_pad_bang", [&](const std::string& s) { return tok.encode(s); });
+  fs::remove_all(dir);
+}
+
+TEST(T5Tokenizer, MatchesTransformersAt77_256_512) {
+  REQUIRE_GOLDEN();
+  T5Tokenizer tok = T5Tokenizer::from_folder(test::fixture_path("tokenizers/t5"));
+  EXPECT_EQ(tok.eos_id(), 1);
+  EXPECT_EQ(tok.pad_id(), 0);
+  for (int64_t n : {77, 256, 512})
+    expect_matches("t5_" + std::to_string(n),
+                   [&](const std::string& s) { return tok.encode(s, n); });
+}
+
+TEST(T5Tokenizer, WithoutTokenizerJsonUsesT5Layout) {
+  REQUIRE_GOLDEN();
+  fs::path dir = fs::temp_directory_path() / "tessera_t5_spiece_only";
+  fs::create_directories(dir);
+  fs::copy_file(test::fixture_path("tokenizers/t5/spiece.model"), dir / "spiece.model",
+                fs::copy_options::overwrite_existing);
+  T5Tokenizer tok = T5Tokenizer::from_folder(dir);
+  expect_matches("t5_77", [&](const std::string& s) { return tok.encode(s, 77); });
+  fs::remove_all(dir);
+}
+
+TEST(BpeTokenizer, MistralPlainMatchesTransformers) {
+  REQUIRE_GOLDEN();
+  BpeTokenizer tok =
+      BpeTokenizer::from_tokenizer_json(test::fixture_path("tokenizers/mistral/tokenizer.json"));
+  EncodeOptions o;
+  o.max_length = 0;
+  o.add_special_tokens = true;
+  expect_matches("mistral_plain", [&](const std::string& s) { return tok.encode(s, o); });
+}
+
+TEST(BpeTokenizer, Flux2ChatTemplateMatchesPipeline) {
+  REQUIRE_GOLDEN();
+  BpeTokenizer tok =
+      BpeTokenizer::from_tokenizer_json(test::fixture_path("tokenizers/mistral/tokenizer.json"));
+  EXPECT_EQ(tok.padding_side(), Side::left);
+  EXPECT_EQ(tok.pad_id(), 11);
+  std::string system = golden().at("mistral_system_message").get<std::string>();
+  expect_matches("mistral_chat_512",
+                 [&](const std::string& s) { return tok.encode_flux2_chat(s, system, 512); });
+}
+
+TEST(Tokenizers, BatchToTensors) {
+  Encoding a{{1, 2, 0}, {1, 1, 0}}, b{{3, 4, 5}, {1, 1, 1}};
+  auto [ids, mask] = to_tensors({a, b});
+  EXPECT_EQ(ids.shape(), (Shape{2, 3}));
+  EXPECT_EQ(ids.dtype(), DType::i64);
+  EXPECT_EQ(ids.to_ints(), (std::vector<int64_t>{1, 2, 0, 3, 4, 5}));
+  EXPECT_EQ(mask.to_ints(), (std::vector<int64_t>{1, 1, 0, 1, 1, 1}));
+  EXPECT_THROW(to_tensors({a, Encoding{{1}, {1}}}), Error);
+}
+
+TEST(Tokenizers, UnicodeNormalisation) {
+  EXPECT_EQ(nfc(U"e\u0301"), U"\u00e9");
+  EXPECT_EQ(nfc(U"\u212b"), U"\u00c5");                               // singleton decomposition
+  EXPECT_EQ(nfc(U"a\u0323\u0302"), U"\u1ead");                        // reordered marks compose
+  EXPECT_EQ(nfc(U"\u1100\u1161\u11a8"), U"\uac01");                   // Hangul L V T
+  EXPECT_EQ(to_lower(U"\u0130"), U"i\u0307");                         // one to two code points
+  EXPECT_EQ(to_lower(U"\u03a3\u039f\u03a3"), U"\u03c3\u03bf\u03c3");  // no final-sigma rule
+  EXPECT_EQ(utf8_to_u32("\xff"
+                        "a"),
+            U"\ufffda");
+}
+
+TEST(Tokenizers, ErrorsNameTheFile) {
+  fs::path dir = fs::temp_directory_path() / "tessera_tok_errors";
+  fs::create_directories(dir);
+  auto message = [](auto fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { ClipTokenizer::from_folder(dir); }).find("vocab.json"),
+            std::string::npos);
+  EXPECT_NE(message([&] { T5Tokenizer::from_folder(dir); }).find("spiece.model"),
+            std::string::npos);
+  std::ofstream(dir / "tokenizer.json") << "{\"model\": [1, 2";
+  std::string m = message([&] { BpeTokenizer::from_tokenizer_json(dir / "tokenizer.json"); });
+  EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+  std::ofstream(dir / "vocab.json") << "{\"<|startoftext|>\": 0, \"<|endoftext|>\": 1}";
+  EXPECT_NE(message([&] { ClipTokenizer::from_folder(dir); }).find("merges.txt"),
+            std::string::npos);
+  std::ofstream(dir / "spiece.model") << "not a model";
+  EXPECT_NE(message([&] { T5Tokenizer::from_folder(dir); }).find("cannot load"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::tokenizers
