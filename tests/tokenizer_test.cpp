@@ -1,5 +1,6 @@
 // Tokenizers against transformers' ids (reference/goldens/tokenizers.py): every golden string,
 // every tokenizer, ids and attention masks compared exactly.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -133,6 +134,49 @@ TEST(BpeTokenizer, Flux2ChatTemplateMatchesPipeline) {
   std::string system = golden().at("mistral_system_message").get<std::string>();
   expect_matches("mistral_chat_512",
                  [&](const std::string& s) { return tok.encode_flux2_chat(s, system, 512); });
+}
+
+// Seeded strings across scripts, marks and whitespace, unpadded and without special tokens:
+// checks the Unicode tables (classes, lowercase, NFC) beyond the hand-picked strings.
+// `divergent`: indices known to differ by design (see docs/decisions/0005-tokenizers.md); they
+// must still differ, so a fix shows up as a failure asking to update the golden list.
+template <typename Fn>
+void expect_random_matches(const std::string& column, Fn tokenize,
+                           const std::vector<size_t>& divergent = {}) {
+  const json& strings = golden().at("random_strings");
+  const json& expected = golden().at(column);
+  ASSERT_EQ(strings.size(), expected.size()) << column;
+  int failures = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    std::string text = strings[i].get<std::string>();
+    std::vector<int64_t> want = expected[i].get<std::vector<int64_t>>();
+    std::vector<int64_t> got = tokenize(text);
+    bool known = std::find(divergent.begin(), divergent.end(), i) != divergent.end();
+    if (known) {
+      EXPECT_NE(got, want) << column << " random string #" << i
+                           << " now matches: remove it from the divergent list";
+      continue;
+    }
+    if (got != want && ++failures <= 5)
+      ADD_FAILURE() << column << " random string #" << i << " " << json(text).dump()
+                    << "\n  expected " << show(want) << "\n  actual   " << show(got);
+  }
+  EXPECT_EQ(failures, 0) << column << ": " << failures << " of " << strings.size() << " differ";
+}
+
+TEST(Tokenizers, RandomUnicodeStringsMatchTransformers) {
+  REQUIRE_GOLDEN();
+  ClipTokenizer clip = ClipTokenizer::from_folder(test::fixture_path("tokenizers/clip"));
+  T5Tokenizer t5 = T5Tokenizer::from_folder(test::fixture_path("tokenizers/t5"));
+  BpeTokenizer mistral =
+      BpeTokenizer::from_tokenizer_json(test::fixture_path("tokenizers/mistral/tokenizer.json"));
+  expect_random_matches("random_clip", [&](const std::string& s) { return clip.tokenize(s); });
+  auto divergent = golden().at("random_t5_sentencepiece_divergent").get<std::vector<size_t>>();
+  EXPECT_LE(divergent.size(), 12u);  // a handful of exotic grapheme clusters, not a regression
+  expect_random_matches(
+      "random_t5", [&](const std::string& s) { return t5.tokenize(s); }, divergent);
+  expect_random_matches("random_mistral",
+                        [&](const std::string& s) { return mistral.tokenize(s, false); });
 }
 
 TEST(Tokenizers, BatchToTensors) {

@@ -364,6 +364,62 @@ def golden_strings() -> list:
     return out
 
 
+def random_unicode_strings(n: int = 300) -> list:
+    """Seeded strings drawn across scripts, marks, digits and whitespace: they exercise the
+    Unicode tables (classes, lowercase, NFC) more widely than the hand-picked strings."""
+    rng = random.Random(1234)
+    pools = [
+        (0x20, 0x7E), (0xA0, 0x24F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF),
+        (0x590, 0x6FF), (0x900, 0x97F), (0xE00, 0xE7F), (0x1100, 0x11FF), (0x1E00, 0x1FFF),
+        (0x2000, 0x206F), (0x2070, 0x218F), (0x2460, 0x24FF), (0x3000, 0x30FF),
+        (0x4E00, 0x4FFF), (0xAC00, 0xD7A3), (0xFB00, 0xFB4F), (0xFF00, 0xFFEF),
+        (0x1D400, 0x1D7FF), (0x1F300, 0x1F6FF), (0x10400, 0x1044F), (0x0, 0x1F),
+    ]
+    out = []
+    for _ in range(n):
+        chars = []
+        for _ in range(rng.randint(1, 40)):
+            lo, hi = rng.choice(pools)
+            chars.append(chr(rng.randint(lo, hi)))
+            if rng.random() < 0.15:
+                chars.append(" ")
+        out.append("".join(chars))
+    return out
+
+
+def _t5_sentencepiece_divergent(folder: pathlib.Path, texts: list) -> list:
+    """Indices of texts where sentencepiece, run word by word, differs from transformers.
+
+    transformers applies the spm charsmap per grapheme cluster (a cluster under 6 bytes is
+    replaced by the mapping of its shortest mapped prefix, dropping the rest, e.g. a combining
+    mark after a circled letter); sentencepiece maps the longest match across the text. tessera
+    uses sentencepiece, so these strings are a documented divergence (0005-tokenizers.md)."""
+    import sentencepiece as spm
+    from transformers import T5TokenizerFast
+
+    sp = spm.SentencePieceProcessor(model_file=str(folder / "spiece.model"))
+    t5 = T5TokenizerFast.from_pretrained(str(folder))
+    # tessera's strategy: split on Rust's whitespace (except what the normaliser deletes), then
+    # sentencepiece per word.
+    rust_ws = set(map(chr, [0x9, 0xA, 0xB, 0xC, 0xD, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
+                            0x2028, 0x2029, 0x202F, 0x205F, 0x3000]))
+    split_ws = {c for c in rust_ws if sp.encode("a" + c + "b") != sp.encode("ab")}
+    bad = []
+    for i, t in enumerate(texts):
+        words, cur = [], ""
+        for c in t:
+            if c in split_ws:
+                words.append(cur)
+                cur = ""
+            elif c not in rust_ws:
+                cur += c
+        words.append(cur)
+        ids = [x for w in words if w for x in sp.encode(w)]
+        if ids != t5(t, add_special_tokens=False)["input_ids"]:
+            bad.append(i)
+    return bad
+
+
 def _encode(tok, texts, **kw) -> list:
     enc = tok(texts, **kw)
     return [{"ids": list(map(int, ids)), "mask": "".join(str(int(m)) for m in mask)}
@@ -450,6 +506,14 @@ def make(fixtures_dir: pathlib.Path) -> None:
         {"ids": list(map(int, ids)), "mask": "".join(str(int(m)) for m in mask)}
         for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
     golden["mistral_system_message"] = _system_message()
+    # Unpadded ids without special tokens for the random strings (compact, tables stress test).
+    rand = random_unicode_strings()
+    golden["random_strings"] = rand
+    clip = CLIPTokenizer.from_pretrained(str(out / "clip"))
+    golden["random_clip"] = [clip(t, add_special_tokens=False)["input_ids"] for t in rand]
+    golden["random_t5"] = [t5(t, add_special_tokens=False)["input_ids"] for t in rand]
+    golden["random_t5_sentencepiece_divergent"] = _t5_sentencepiece_divergent(out / "t5", rand)
+    golden["random_mistral"] = [mistral(t, add_special_tokens=False)["input_ids"] for t in rand]
     (out / "golden_ids.json").write_text(
         json.dumps(golden, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n",
         encoding="utf-8")
