@@ -117,6 +117,7 @@ TEST(Random, RandnScalarKernelMatchesTorchDefaultCapability) {
 TEST(Random, SuccessiveDrawsAdvanceLikeTorch) {
   REQUIRE_FIXTURE("rng/sequences.safetensors");
   const auto fx = test::load_fixture("rng/sequences.safetensors");
+  size_t checked = 0;
   for (int i = 0;; ++i) {
     const std::string prefix = "seq" + std::to_string(i) + "_";
     if (fx.lower_bound(prefix) == fx.end() || fx.lower_bound(prefix)->first.rfind(prefix, 0) != 0)
@@ -128,8 +129,10 @@ TEST(Random, SuccessiveDrawsAdvanceLikeTorch) {
       const Tensor& expected = it->second;
       EXPECT_TRUE(bit_equal(randn(expected.shape(), dtype_of(it->first), g), expected))
           << it->first;
+      ++checked;
     }
   }
+  EXPECT_EQ(checked, fx.size());
 }
 
 TEST(Random, RandUniform) {

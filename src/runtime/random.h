@@ -14,6 +14,7 @@ namespace tessera {
 // DEFAULT build (no AVX2, or ATEN_CPU_CAPABILITY=default) calls libm logf/cosf/sinf.
 enum class NormalKernel { avx_mathfun, libm };
 
+// Not thread-safe: one generator per thread, or serialise draws (torch takes a mutex).
 class Generator {
  public:
   // torch's default CPU seed (c10::default_rng_seed_val).
