@@ -1,0 +1,179 @@
+// SDPA against torch.nn.functional.scaled_dot_product_attention goldens
+// (reference/goldens/ops_attention.py), on both CPU paths: tiled (oneDNN tile GEMMs + online
+// softmax) and reference (plain loops).
+#include <cmath>
+#include <string>
+
+#include "backends/cpu/attention_kernels.h"
+#include "ops/attention.h"
+#include "ops/copy.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using cpu::AttentionPath;
+
+// f32: outputs are convex combinations of v ~ N(0, 1) rows; summation order differs from torch
+// (tile sizes, oneDNN's blocking), which moves results by a few float ulps of the *inputs*
+// (~1e-7 absolute per term). Entries that land near zero then fail a pure 1e-5 relative test,
+// hence atol 1e-6. 5e-6 on the 1000-key case (more terms) and on the T5-style case with scale
+// 1.0, whose logits reach ~30: one fp32 ulp of such a logit (2e-6) is already a 2e-6 relative
+// change of its weight, and torch's own logits carry several.
+constexpr double kRtol = 1e-5;
+
+// bf16: the bar is 1 bf16 ulp or 1e-2 relative. Attention adds one more source of
+// difference that no kernel can avoid without reproducing torch's GEMM summation order: each
+// probability is rounded to bf16 before the P.V product (as torch does), and a score that differs
+// in its last fp32 bit can flip that rounding, which moves an output by up to 2^-8 * |v| / sum.
+// Outputs near zero (cancellation) then miss by more than an ulp while being off by < 2^-8
+// absolute; allow exactly that, and require that at most 10% of elements need it (long
+// sequences average more values, so more outputs sit near zero: 3% at L = 1000).
+::testing::AssertionResult attention_bf16_close(const Tensor& actual, const Tensor& expected) {
+  if (test::bf16_close(actual, expected)) return ::testing::AssertionSuccess();
+  const auto a = actual.to_floats(), e = expected.to_floats();
+  size_t beyond_ulp = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float diff = std::fabs(a[i] - e[i]);
+    const int ulp = std::abs(int(int16_t(f32_to_bf16(a[i]))) - int(int16_t(f32_to_bf16(e[i]))));
+    if (ulp <= 1 || diff <= 1e-2f * std::fabs(e[i])) continue;
+    ++beyond_ulp;
+    if (diff > 1.f / 256)
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected "
+                                           << e[i] << " (beyond 2^-8 absolute)";
+  }
+  if (beyond_ulp * 10 > a.size())
+    return ::testing::AssertionFailure() << beyond_ulp << " of " << a.size()
+                                         << " elements beyond 1 ulp (more than 10%)";
+  return ::testing::AssertionSuccess();
+}
+
+struct PathGuard {
+  explicit PathGuard(AttentionPath p) { cpu::set_attention_path(p); }
+  ~PathGuard() { cpu::set_attention_path(AttentionPath::automatic); }
+};
+
+struct Case {
+  const char* name;
+  bool causal;
+};
+
+class SdpaGolden : public ::testing::TestWithParam<std::tuple<Case, AttentionPath>> {};
+
+TEST_P(SdpaGolden, MatchesTorch) {
+  const auto [c, path] = GetParam();
+  const std::string file = std::string("ops/attention/sdpa_") + c.name + ".safetensors";
+  if (!test::has_fixture(file)) GTEST_SKIP() << "missing fixture " << file;
+  auto t = test::load_fixture(file);
+  PathGuard guard(path);
+  SdpaOptions o;
+  o.causal = c.causal;
+  if (t.count("bias")) {
+    o.mask = t["bias"];
+    o.scale = 1.0;
+  }
+  if (t.count("mask")) o.mask = t["mask"];
+  const Tensor out = scaled_dot_product_attention(t["q"], t["k"], t["v"], o);
+  const Tensor& expected = t["out"];
+  ASSERT_EQ(out.dtype(), expected.dtype());
+  if (out.dtype() == DType::bf16) {
+    EXPECT_TRUE(attention_bf16_close(out, expected));
+  } else {
+    const double atol = t["k"].dim(2) >= 1000 || t.count("bias") ? 5e-6 : 1e-6;
+    EXPECT_TRUE(test::all_close(out, expected, kRtol, atol));
+  }
+}
+
+const Case kCases[] = {
+    {"f32_d64_l77", false},        {"f32_d128_l1", false},         {"f32_d128_q1_k50", false},
+    {"f32_d64_l1000", false},      {"f32_causal_l77", true},       {"f32_causal_q33_k77", true},
+    {"f32_gqa_causal", true},      {"f32_bias_scale1", false},     {"f32_boolmask_causal", true},
+    {"bf16_d128_l77", false},      {"bf16_d64_l1", false},         {"bf16_d128_l1000", false},
+    {"bf16_causal_l77", true},     {"bf16_gqa_causal", true},      {"bf16_bias_scale1", false},
+    {"bf16_boolmask_causal", true},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, SdpaGolden,
+    ::testing::Combine(::testing::ValuesIn(kCases),
+                       ::testing::Values(AttentionPath::tiled, AttentionPath::reference)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) +
+             (std::get<1>(info.param) == AttentionPath::tiled ? "_tiled" : "_reference");
+    });
+
+Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed) {
+  std::vector<float> v(size_t(shape_numel(shape)));
+  uint32_t s = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = float(int32_t(s >> 8) % 2001 - 1000) / 400.f;
+  }
+  return Tensor::from_floats(v, shape, dt);
+}
+
+// Views as diffusers produces them: (B, L, H, D) transposed to (B, H, L, D), read in place.
+TEST(Sdpa, StridedInputsMatchContiguous) {
+  auto t = test::load_fixture("ops/attention/sdpa_f32_d64_l77.safetensors");
+  const Tensor qs = clone(t["q"].transpose(1, 2)).transpose(1, 2);
+  const Tensor ks = clone(t["k"].transpose(1, 2)).transpose(1, 2);
+  ASSERT_FALSE(qs.is_contiguous());
+  const Tensor out = scaled_dot_product_attention(qs, ks, t["v"]);
+  EXPECT_TRUE(test::all_close(out, t["out"], kRtol, 1e-6));
+}
+
+// Tiles with tails on both axes, causal + GQA + additive mask: tiled against reference.
+TEST(Sdpa, TiledMatchesReferenceOnLongMaskedInput) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor q = random_tensor({1, 4, 600, 64}, dt, 1);
+    const Tensor k = random_tensor({1, 2, 1100, 64}, dt, 2);
+    const Tensor v = random_tensor({1, 2, 1100, 64}, dt, 3);
+    const Tensor bias = random_tensor({1, 1, 600, 1100}, DType::f32, 4);
+    SdpaOptions o;
+    o.causal = true;
+    o.mask = bias;
+    Tensor tiled, ref;
+    {
+      PathGuard g(AttentionPath::tiled);
+      tiled = scaled_dot_product_attention(q, k, v, o);
+    }
+    {
+      PathGuard g(AttentionPath::reference);
+      ref = scaled_dot_product_attention(q, k, v, o);
+    }
+    if (dt == DType::bf16) EXPECT_TRUE(attention_bf16_close(tiled, ref));
+    else EXPECT_TRUE(test::all_close(tiled, ref, kRtol, 5e-6));
+  }
+}
+
+TEST(Sdpa, FullyMaskedRowsGiveZero) {
+  const Tensor q = random_tensor({1, 1, 3, 16}, DType::f32, 5);
+  const Tensor k = random_tensor({1, 1, 4, 16}, DType::f32, 6);
+  const Tensor v = random_tensor({1, 1, 4, 16}, DType::f32, 7);
+  std::vector<int64_t> m(12, 1);
+  for (int j = 0; j < 4; ++j) m[4 + j] = 0;  // row 1 sees nothing
+  SdpaOptions o;
+  o.mask = Tensor::from_ints(m, {3, 4}, DType::boolean);
+  for (AttentionPath p : {AttentionPath::tiled, AttentionPath::reference}) {
+    PathGuard g(p);
+    const auto out = scaled_dot_product_attention(q, k, v, o).to_floats();
+    for (int d = 0; d < 16; ++d) EXPECT_EQ(out[16 + d], 0.f);
+    EXPECT_NE(out[0], 0.f);
+  }
+}
+
+TEST(Sdpa, RejectsBadShapes) {
+  const Tensor q = Tensor::zeros({1, 3, 4, 8}, DType::f32);
+  const Tensor k = Tensor::zeros({1, 2, 4, 8}, DType::f32);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, k), Error);  // 3 heads vs 2 kv heads
+  const Tensor kb = Tensor::zeros({1, 3, 4, 8}, DType::bf16);
+  EXPECT_THROW(scaled_dot_product_attention(q, kb, kb), Error);  // mixed dtypes
+  SdpaOptions o;
+  o.mask = Tensor::zeros({2, 4}, DType::f32);
+  const Tensor k3 = Tensor::zeros({1, 3, 4, 8}, DType::f32);
+  EXPECT_THROW(scaled_dot_product_attention(q, k3, k3, o), Error);  // mask does not broadcast
+}
+
+}  // namespace
+}  // namespace tessera
