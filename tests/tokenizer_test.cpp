@@ -179,6 +179,41 @@ TEST(Tokenizers, RandomUnicodeStringsMatchTransformers) {
                         [&](const std::string& s) { return mistral.tokenize(s, false); });
 }
 
+TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
+  REQUIRE_GOLDEN();
+  // The published Mistral Small 3.x tokenizer.json splits with Llama 3's pattern; swap it in.
+  fs::path dir = fs::temp_directory_path() / "tessera_mistral_llama3";
+  fs::create_directories(dir);
+  json tj = read_json_file(test::fixture_path("tokenizers/mistral/tokenizer.json"));
+  std::string pattern = golden().at("mistral_llama3_pattern").get<std::string>();
+  tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern;
+  std::ofstream(dir / "tokenizer.json") << tj.dump();
+  BpeTokenizer tok = BpeTokenizer::from_tokenizer_json(dir / "tokenizer.json");
+  const json& strings = golden().at("strings");
+  const json& expected = golden().at("mistral_llama3_plain");
+  int failures = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    std::vector<int64_t> want = expected[i].get<std::vector<int64_t>>();
+    std::vector<int64_t> got = tok.tokenize(strings[i].get<std::string>(), false);
+    if (got != want && ++failures <= 5)
+      ADD_FAILURE() << "string #" << i << " " << strings[i].dump() << "\n  expected " << show(want)
+                    << "\n  actual   " << show(got);
+  }
+  EXPECT_EQ(failures, 0);
+  expect_random_matches("random_mistral_llama3",
+                        [&](const std::string& s) { return tok.tokenize(s, false); });
+  // Any other pattern is refused with the pattern in the message.
+  tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
+  std::ofstream(dir / "tokenizer.json") << tj.dump();
+  try {
+    BpeTokenizer::from_tokenizer_json(dir / "tokenizer.json");
+    ADD_FAILURE() << "unknown Split pattern accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\\w+"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Tokenizers, BatchToTensors) {
   Encoding a{{1, 2, 0}, {1, 1, 0}}, b{{3, 4, 5}, {1, 1, 1}};
   auto [ids, mask] = to_tensors({a, b});

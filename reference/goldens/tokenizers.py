@@ -40,6 +40,13 @@ TEKKEN_PATTERN = (
     r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# The pattern the published Mistral Small 3.x tokenizer.json carries (Llama 3's); transformers
+# keeps it unless loaded with fix_mistral_regex=True. Goldens cover both.
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 # Mistral Small 3-style chat template: bos, system prompt block, [INST] user [/INST], assistant
 # turns closed by eos. tessera hard-codes this structure (docs/decisions/0005-tokenizers.md).
 MISTRAL_CHAT_TEMPLATE = (
@@ -514,6 +521,20 @@ def make(fixtures_dir: pathlib.Path) -> None:
     golden["random_t5"] = [t5(t, add_special_tokens=False)["input_ids"] for t in rand]
     golden["random_t5_sentencepiece_divergent"] = _t5_sentencepiece_divergent(out / "t5", rand)
     golden["random_mistral"] = [mistral(t, add_special_tokens=False)["input_ids"] for t in rand]
+    # Same vocabulary with Llama 3's split pattern (what the published checkpoint carries); the
+    # C++ test swaps the pattern in tokenizer.json the same way.
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+
+    llama3 = Tokenizer.from_file(str(out / "mistral" / "tokenizer.json"))
+    llama3.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    golden["mistral_llama3_pattern"] = LLAMA3_PATTERN
+    golden["mistral_llama3_plain"] = [llama3.encode(t, add_special_tokens=False).ids
+                                      for t in texts]
+    golden["random_mistral_llama3"] = [llama3.encode(t, add_special_tokens=False).ids
+                                       for t in rand]
     (out / "golden_ids.json").write_text(
         json.dumps(golden, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n",
         encoding="utf-8")

@@ -275,6 +275,42 @@ size_t tekken_match(std::u32string_view s, size_t i) {
   return trailing_space_match(s, i);
 }
 
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+  (Llama 3's pattern, shipped in Mistral Small 3.x's tokenizer.json)
+size_t llama3_match(std::u32string_view s, size_t i) {
+  if (s[i] == '\'' && i + 1 < s.size()) {
+    // Case-insensitive as Oniguruma folds: U+017F (long s) folds to s, U+212A (Kelvin) to k.
+    auto fold = [](char32_t c) -> char32_t {
+      if (c == 0x17F) return 's';
+      return c < 0x80 && c >= 'A' && c <= 'Z' ? c + 32 : c;
+    };
+    static const char32_t* kContractions[] = {U"s", U"t", U"re", U"ve", U"m", U"ll", U"d"};
+    for (const char32_t* c : kContractions) {
+      std::u32string_view cv(c);
+      if (i + 1 + cv.size() > s.size()) continue;
+      bool ok = true;
+      for (size_t k = 0; k < cv.size() && ok; ++k) ok = fold(s[i + 1 + k]) == cv[k];
+      if (ok) return 1 + cv.size();
+    }
+  }
+  if (tekken_prefix(s[i]) && i + 1 < s.size() && is_letter(s[i + 1]))
+    return 1 + run(s, i + 1, is_letter);
+  if (is_letter(s[i])) return run(s, i, is_letter);
+  if (is_number(s[i])) return std::min<size_t>(3, run(s, i, is_number));
+  {
+    size_t p = i;
+    if (s[p] == ' ' && p + 1 < s.size() && is_other(s[p + 1])) ++p;
+    size_t q = run(s, p, is_other);
+    if (q > 0) return p + q + run(s, p + q, is_cr_lf) - i;
+  }
+  {
+    size_t w = run(s, i, is_regex_space);
+    for (size_t k = w; k-- > 0;)
+      if (is_cr_lf(s[i + k])) return k + 1;
+  }
+  return trailing_space_match(s, i);
+}
+
 size_t gpt2_match(std::u32string_view s, size_t i) {
   if (s[i] == '\'' && i + 1 < s.size()) {
     static const char32_t* kContractions[] = {U"s", U"t", U"re", U"ve", U"m", U"ll", U"d"};
@@ -324,7 +360,15 @@ constexpr std::string_view kTekkenPattern =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+constexpr std::string_view kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 }  // namespace
+
+std::vector<std::u32string> split_llama3(std::u32string_view text) {
+  return split_isolated(text, llama3_match);
+}
 
 std::vector<std::u32string> split_tekken(std::u32string_view text) {
   return split_isolated(text, tekken_match);
@@ -358,11 +402,13 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::filesystem::path& file
     std::string type = p.value("type", "");
     if (type == "Split") {
       std::string pattern = p.at("pattern").value("Regex", p.at("pattern").value("String", ""));
-      TESSERA_CHECK(pattern == kTekkenPattern && p.value("behavior", "") == "Isolated" &&
-                        !p.value("invert", false),
-                    "[bpe] ", name, ": Split pre-tokenizer with pattern '", pattern,
-                    "' is not supported, expected Mistral's Tekken pattern (Isolated)");
-      tok.split_tekken_ = true;
+      bool tekken = pattern == kTekkenPattern, llama3 = pattern == kLlama3Pattern;
+      TESSERA_CHECK(
+          (tekken || llama3) && p.value("behavior", "") == "Isolated" && !p.value("invert", false),
+          "[bpe] ", name, ": Split pre-tokenizer with pattern '", pattern,
+          "' is not supported, expected Mistral's Tekken or Llama 3's pattern "
+          "(Isolated)");
+      tok.split_ = tekken ? Split::tekken : Split::llama3;
     } else if (type == "ByteLevel") {
       TESSERA_CHECK(!p.value("add_prefix_space", false), "[bpe] ", name,
                     ": ByteLevel add_prefix_space=true is not supported");
@@ -407,8 +453,10 @@ std::vector<int64_t> BpeTokenizer::tokenize(std::string_view text, bool add_spec
     }
     std::u32string u = utf8_to_u32(seg.text);
     std::vector<std::u32string> pieces;
-    if (split_tekken_)
+    if (split_ == Split::tekken)
       pieces = split_tekken(u);
+    else if (split_ == Split::llama3)
+      pieces = split_llama3(u);
     else
       pieces.push_back(u);
     for (const std::u32string& piece : pieces) {

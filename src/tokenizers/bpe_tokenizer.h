@@ -78,7 +78,8 @@ class BpeTokenizer {
   BpeModel model_;
   std::vector<AddedToken> added_;
   PostProcessor post_;
-  bool split_tekken_ = false;      // Split(Tekken pattern) before ByteLevel
+  enum class Split { none, tekken, llama3 };
+  Split split_ = Split::none;      // Split(pattern, Isolated) before ByteLevel
   bool byte_level_regex_ = false;  // ByteLevel(use_regex=true): GPT-2 pattern
   std::string bos_token_ = "<s>";
   int64_t pad_id_ = 0;
@@ -88,6 +89,9 @@ class BpeTokenizer {
 
 // Pre-tokenizers written out by hand (no regex engine over unicode). Each returns the pieces.
 std::vector<std::u32string> split_tekken(std::u32string_view text);
+// Llama 3's pattern, which the published Mistral Small 3.x tokenizer.json carries (transformers
+// keeps it unless fix_mistral_regex=True).
+std::vector<std::u32string> split_llama3(std::u32string_view text);
 std::vector<std::u32string> split_gpt2(std::u32string_view text);
 
 }  // namespace tessera::tokenizers
