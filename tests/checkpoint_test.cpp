@@ -1,9 +1,10 @@
 // Sharded checkpoints, model folders and config access, on folders built in a temp dir.
+#include "io/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "io/checkpoint.h"
 #include "io/json_config.h"
 #include "io/model_folder.h"
 #include "io_test_folder.h"
@@ -25,7 +26,8 @@ void expect_error(F&& fn, std::initializer_list<std::string> parts) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   }
 }
 
@@ -39,8 +41,8 @@ TEST(Checkpoint, ShardedIndexLoadsEveryTensorZeroCopy) {
     const CheckpointReader ckpt = CheckpointReader::open(path);
     EXPECT_TRUE(ckpt.sharded());
     EXPECT_EQ(ckpt.path(), folder + "/diffusion_pytorch_model.safetensors.index.json");
-    EXPECT_EQ(ckpt.names(),
-              (std::vector<std::string>{"proj_out.weight", "x_embedder.bias", "x_embedder.weight"}));
+    EXPECT_EQ(ckpt.names(), (std::vector<std::string>{"proj_out.weight", "x_embedder.bias",
+                                                      "x_embedder.weight"}));
     EXPECT_EQ(ckpt.shard_paths().size(), 2u);
     EXPECT_EQ(fs::path(ckpt.shard_path("proj_out.weight")).filename(),
               "diffusion_pytorch_model-00002-of-00002.safetensors");
@@ -76,7 +78,8 @@ TEST(Checkpoint, SingleFileFoldersAndVariants) {
   EXPECT_FALSE(m.sharded());
   EXPECT_EQ(m.names(), (std::vector<std::string>{"b"}));
   EXPECT_EQ(m.get("b").to_floats(), (std::vector<float>{1, 2, 3}));
-  expect_error([&] { CheckpointReader::open(dir / "m", "bf16"); }, {"no weights for variant 'bf16'"});
+  expect_error([&] { CheckpointReader::open(dir / "m", "bf16"); },
+               {"no weights for variant 'bf16'"});
   // Folders with no weights, ambiguous weights, or only pickles.
   fs::create_directories(dir / "empty");
   EXPECT_EQ(find_checkpoint(dir / "empty"), "");
@@ -85,7 +88,8 @@ TEST(Checkpoint, SingleFileFoldersAndVariants) {
   save_safetensors(dir / "two/y.safetensors", {{"a", a}});
   expect_error([&] { find_checkpoint(dir / "two"); }, {"2 .safetensors files and no index"});
   test::write_text(dir / "pickle/pytorch_model.bin", "x");
-  expect_error([&] { find_checkpoint(dir / "pickle"); }, {"pytorch_model.bin", "reads .safetensors"});
+  expect_error([&] { find_checkpoint(dir / "pickle"); },
+               {"pytorch_model.bin", "reads .safetensors"});
 }
 
 TEST(Checkpoint, MalformedShardedCheckpointsNameIndexAndShard) {
@@ -171,7 +175,8 @@ TEST(ModelFolder, DiffusersPipelineComponents) {
     EXPECT_EQ(tr.library, "diffusers");
     EXPECT_EQ(tr.class_name, "FluxTransformer2DModel");
     EXPECT_EQ(tr.kind, FolderKind::model);
-    EXPECT_EQ(fs::path(tr.weights_path).filename(), "diffusion_pytorch_model.safetensors.index.json");
+    EXPECT_EQ(fs::path(tr.weights_path).filename(),
+              "diffusion_pytorch_model.safetensors.index.json");
     EXPECT_EQ(tr.config().get_int_list("axes_dims_rope"), (std::vector<int64_t>{2, 2, 0}));
     const ComponentInfo& te = p.component("text_encoder");
     EXPECT_EQ(te.library, "transformers");

@@ -111,11 +111,12 @@ TEST(Cli, InspectComponentFolderAndIndex) {
   test::make_pipeline_folder(dir.path());
   Result r = run_cli("inspect --tensors " + quote(dir / "transformer"));
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"model: ", "config.json: attention_head_dim=4", "3 tensors",
-                        "proj_out.weight    bf16   [2, 2]",
-                        "diffusion_pytorch_model-00002-of-00002.safetensors"})
+  for (const char* s :
+       {"model: ", "config.json: attention_head_dim=4", "3 tensors",
+        "proj_out.weight    bf16   [2, 2]", "diffusion_pytorch_model-00002-of-00002.safetensors"})
     EXPECT_NE(r.out.find(s), std::string::npos) << "'" << s << "' not in:\n" << r.out;
-  r = run_cli("inspect " + quote(dir / "transformer/diffusion_pytorch_model.safetensors.index.json"));
+  r = run_cli("inspect " +
+              quote(dir / "transformer/diffusion_pytorch_model.safetensors.index.json"));
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* s : {"shards: 2", "total_size = 20", "x_embedder.bias", "shard"})
     EXPECT_NE(r.out.find(s), std::string::npos) << "'" << s << "' not in:\n" << r.out;
@@ -129,7 +130,8 @@ TEST(Cli, InspectMalformedFilesExitsNonZeroWithOneLine) {
   std::vector<std::string> paths;
   for (const auto& de : fs::directory_iterator(m)) {
     const std::string n = de.path().filename().string();
-    if (n.ends_with(".safetensors") || n.rfind("sharded_", 0) == 0) paths.push_back(de.path().string());
+    if (n.ends_with(".safetensors") || n.rfind("sharded_", 0) == 0)
+      paths.push_back(de.path().string());
   }
   ASSERT_GE(paths.size(), 20u);
   for (const auto& p : paths) {

@@ -1,9 +1,10 @@
 // PNG output: pixels and text chunks survive a write/read round trip; writes are atomic.
+#include "io/png.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "io/png.h"
 #include "io_test_folder.h"
 #include "runtime/error.h"
 
@@ -17,7 +18,8 @@ std::vector<uint8_t> gradient(int w, int h, int salt) {
   std::vector<uint8_t> px(size_t(w) * h * 3);
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c) px[(size_t(y) * w + x) * 3 + c] = uint8_t(x * 31 + y * 17 + c * 85 + salt);
+      for (int c = 0; c < 3; ++c)
+        px[(size_t(y) * w + x) * 3 + c] = uint8_t(x * 31 + y * 17 + c * 85 + salt);
   return px;
 }
 

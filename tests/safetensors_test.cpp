@@ -1,5 +1,7 @@
 // safetensors reader/writer: round trips for every dtype, zero-copy mapping, and the one-line
 // errors for malformed files (fixtures from tests/fixtures/malformed/make_malformed.py).
+#include "io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 #include <random>
 
 #include "io/atomic_file.h"
-#include "io/safetensors.h"
 #include "io_test_folder.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
@@ -168,7 +169,8 @@ TEST(Safetensors, MissingFileAndFolderAreErrors) {
 }
 
 TEST(Safetensors, ErrorMessagesEscapeControlCharactersInNames) {
-  const std::string header = "{\"a\\nb\": {\"dtype\": \"F99\", \"shape\": [], \"data_offsets\": [0, 4]}}";
+  const std::string header =
+      "{\"a\\nb\": {\"dtype\": \"F99\", \"shape\": [], \"data_offsets\": [0, 4]}}";
   try {
     parse_safetensors_header(header.data(), header.size(), 4, "mem", nullptr);
     ADD_FAILURE() << "no error";
@@ -179,9 +181,8 @@ TEST(Safetensors, ErrorMessagesEscapeControlCharactersInNames) {
 }
 
 TEST(Safetensors, EmptyTensorsMayShareOffsets) {
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
   EXPECT_EQ(parse_safetensors_header(header.data(), header.size(), 8, "mem", nullptr).size(), 2u);
 }
 
@@ -210,10 +211,18 @@ TEST(Safetensors, MutatedFilesOnlyThrowTesseraErrors) {
     for (int k = 0; k < edits; ++k) {
       const size_t pos = rng() % s.size();
       switch (rng() % 4) {
-        case 0: s[pos] = char(rng()); break;
-        case 1: s[pos] = alphabet[rng() % (sizeof(alphabet) - 1)]; break;
-        case 2: s.resize(pos); break;
-        default: s.insert(pos, 1, alphabet[rng() % (sizeof(alphabet) - 1)]); break;
+        case 0:
+          s[pos] = char(rng());
+          break;
+        case 1:
+          s[pos] = alphabet[rng() % (sizeof(alphabet) - 1)];
+          break;
+        case 2:
+          s.resize(pos);
+          break;
+        default:
+          s.insert(pos, 1, alphabet[rng() % (sizeof(alphabet) - 1)]);
+          break;
       }
       if (s.empty()) break;
     }
@@ -229,8 +238,8 @@ TEST(Safetensors, MutatedFilesOnlyThrowTesseraErrors) {
 TEST(Safetensors, FailedWriteLeavesNoFileAndKeepsTheOldOne) {
   TempDir dir;
   // A folder that does not exist: the write fails up front and creates nothing.
-  EXPECT_THROW(save_safetensors(dir / "no/such/dir/x.safetensors", {{"a", sample(DType::f32, {2})}}),
-               Error);
+  EXPECT_THROW(
+      save_safetensors(dir / "no/such/dir/x.safetensors", {{"a", sample(DType::f32, {2})}}), Error);
   EXPECT_FALSE(fs::exists(dir / "no"));
   // A write that fails midway leaves the previous file untouched and no temporary behind.
   const std::string path = dir / "w.safetensors";
@@ -261,8 +270,8 @@ TEST(Safetensors, ReservedNamesAreRejectedOnSave) {
   EXPECT_FALSE(fs::exists(dir / "x.safetensors"));
 }
 
-// Written by the Python safetensors package (reference/goldens/io_safetensors.py): the reader must agree
-// with the library that produces every published checkpoint.
+// Written by the Python safetensors package (reference/goldens/io_safetensors.py): the reader must
+// agree with the library that produces every published checkpoint.
 TEST(Safetensors, ReadsFilesWrittenByThePythonLibrary) {
   const std::string rel = "io/python_written.safetensors";
   if (!test::has_fixture(rel)) GTEST_SKIP() << "missing fixture " << rel;

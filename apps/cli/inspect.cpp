@@ -41,7 +41,8 @@ std::string g_out;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string human_bytes(uint64_t b) {
@@ -50,8 +51,10 @@ std::string human_bytes(uint64_t b) {
   int u = 0;
   while (v >= 1024 && u < 4) v /= 1024, ++u;
   char buf[64];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
   return buf;
 }
 
@@ -87,12 +90,12 @@ void print_tensors(const CheckpointReader& ckpt, const char* indent) {
     rows.push_back(std::move(r));
   }
   say("%stensors:\n", indent);
-  say("%s  %-*s  %-*s  %-*s  %*s%s\n", indent, int(w[0]), "name", int(w[1]), "dtype",
-              int(w[2]), "shape", int(w[3]), "bytes", ckpt.sharded() ? "  shard" : "");
+  say("%s  %-*s  %-*s  %-*s  %*s%s\n", indent, int(w[0]), "name", int(w[1]), "dtype", int(w[2]),
+      "shape", int(w[3]), "bytes", ckpt.sharded() ? "  shard" : "");
   for (const auto& r : rows)
     say("%s  %-*s  %-*s  %-*s  %*s%s%s\n", indent, int(w[0]), r.name.c_str(), int(w[1]),
-                r.dtype.c_str(), int(w[2]), r.shape.c_str(), int(w[3]), r.bytes.c_str(),
-                r.shard.empty() ? "" : "  ", r.shard.c_str());
+        r.dtype.c_str(), int(w[2]), r.shape.c_str(), int(w[3]), r.bytes.c_str(),
+        r.shard.empty() ? "" : "  ", r.shard.c_str());
 }
 
 void print_checkpoint(const std::string& path) {
@@ -101,8 +104,7 @@ void print_checkpoint(const std::string& path) {
   say("checkpoint: %s\n", ckpt.path().c_str());
   if (ckpt.sharded()) say("shards: %zu\n", ckpt.shard_paths().size());
   say("summary: %zu tensors, %s (%llu bytes), dtypes %s\n", sum.tensors,
-              human_bytes(sum.bytes).c_str(), (unsigned long long)sum.bytes,
-              sum.dtypes_str().c_str());
+      human_bytes(sum.bytes).c_str(), (unsigned long long)sum.bytes, sum.dtypes_str().c_str());
   print_metadata(ckpt.metadata(), "");
   print_tensors(ckpt, "");
 }
@@ -114,16 +116,15 @@ void print_weights(const std::string& weights, bool tensors, const char* indent)
   std::string shards;
   if (ckpt.sharded()) shards = " (" + std::to_string(ckpt.shard_paths().size()) + " shards)";
   say("%sweights: %s%s: %zu tensors, %s (%llu bytes), dtypes %s\n", indent,
-              fs::path(weights).filename().c_str(), shards.c_str(), sum.tensors,
-              human_bytes(sum.bytes).c_str(), (unsigned long long)sum.bytes,
-              sum.dtypes_str().c_str());
+      fs::path(weights).filename().c_str(), shards.c_str(), sum.tensors,
+      human_bytes(sum.bytes).c_str(), (unsigned long long)sum.bytes, sum.dtypes_str().c_str());
   if (tensors) print_tensors(ckpt, indent);
 }
 
 void print_component_body(const ComponentInfo& c, bool tensors, const char* indent) {
   if (!c.config_path.empty())
     say("%s%s: %s\n", indent, fs::path(c.config_path).filename().c_str(),
-                JsonConfig::load(c.config_path).summary().c_str());
+        JsonConfig::load(c.config_path).summary().c_str());
   print_weights(c.weights_path, tensors, indent);
   if (c.kind == FolderKind::tokenizer || (c.config_path.empty() && c.weights_path.empty())) {
     std::string files;
@@ -143,7 +144,7 @@ void print_pipeline(const std::string& path, bool tensors) {
       continue;
     }
     say("  %s: %s %s%s\n", c.name.c_str(), c.library.c_str(), c.class_name.c_str(),
-                c.present ? "" : " (folder missing)");
+        c.present ? "" : " (folder missing)");
     if (c.present) print_component_body(c, tensors, "    ");
   }
 }

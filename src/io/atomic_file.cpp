@@ -11,8 +11,7 @@
 
 namespace tessera {
 
-void write_file_atomically(const std::string& path,
-                           const std::function<bool(std::FILE*)>& write) {
+void write_file_atomically(const std::string& path, const std::function<bool(std::FILE*)>& write) {
   static std::atomic<unsigned> counter{0};
   std::string tmp;
   int fd = -1;

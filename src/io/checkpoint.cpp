@@ -41,7 +41,8 @@ struct CheckpointReader::State {
 };
 
 static bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string find_checkpoint(const std::string& folder, const std::string& variant) {
@@ -57,9 +58,12 @@ std::string find_checkpoint(const std::string& folder, const std::string& varian
   std::vector<std::string> indexes, files, bins;
   for (const auto& de : fs::directory_iterator(folder, ec)) {
     const std::string n = de.path().filename().string();
-    if (ends_with(n, ".safetensors.index.json")) indexes.push_back(de.path().string());
-    else if (ends_with(n, ".safetensors")) files.push_back(de.path().string());
-    else if (ends_with(n, ".bin") || ends_with(n, ".pt") || ends_with(n, ".ckpt")) bins.push_back(n);
+    if (ends_with(n, ".safetensors.index.json"))
+      indexes.push_back(de.path().string());
+    else if (ends_with(n, ".safetensors"))
+      files.push_back(de.path().string());
+    else if (ends_with(n, ".bin") || ends_with(n, ".pt") || ends_with(n, ".ckpt"))
+      bins.push_back(n);
   }
   if (!variant.empty()) {
     TESSERA_CHECK(indexes.empty() && files.empty(), folder, ": no weights for variant '", variant,
@@ -120,14 +124,21 @@ CheckpointReader CheckpointReader::open(const std::string& path, const std::stri
   }
   for (const auto& [shard, n] : counts) {
     TESSERA_CHECK(fs::is_regular_file(shard, ec), file, ": shard '",
-                  fs::path(shard).filename().string(), "' (holding ", n, n == 1 ? " tensor" : " tensors", ") is missing");
+                  fs::path(shard).filename().string(), "' (holding ", n,
+                  n == 1 ? " tensor" : " tensors", ") is missing");
   }
   return r;
 }
 
-const std::string& CheckpointReader::path() const { return s_->path; }
-bool CheckpointReader::sharded() const { return s_->sharded; }
-const std::vector<std::string>& CheckpointReader::names() const { return s_->names; }
+const std::string& CheckpointReader::path() const {
+  return s_->path;
+}
+bool CheckpointReader::sharded() const {
+  return s_->sharded;
+}
+const std::vector<std::string>& CheckpointReader::names() const {
+  return s_->names;
+}
 const std::map<std::string, std::string>& CheckpointReader::metadata() const {
   return s_->metadata;
 }

@@ -58,8 +58,8 @@ const json& JsonConfig::at(const std::string& key) const {
 }
 
 void JsonConfig::type_error(const std::string& key, const char* expected) const {
-  TESSERA_FAIL("key '", prefix_, key, "' in ", source_, " is a ", root_.at(key).type_name(),
-               " (", root_.at(key).dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60),
+  TESSERA_FAIL("key '", prefix_, key, "' in ", source_, " is a ", root_.at(key).type_name(), " (",
+               root_.at(key).dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 60),
                "), expected ", expected);
 }
 

@@ -18,7 +18,7 @@ class JsonConfig {
 
   const std::string& source() const { return source_; }
   const nlohmann::json& raw() const { return root_; }
-  std::vector<std::string> keys() const;  // sorted
+  std::vector<std::string> keys() const;   // sorted
   bool has(const std::string& key) const;  // present and not null
 
   // Required values: missing key, null or wrong type throw.

@@ -12,11 +12,16 @@ namespace fs = std::filesystem;
 
 const char* folder_kind_name(FolderKind k) {
   switch (k) {
-    case FolderKind::pipeline: return "pipeline";
-    case FolderKind::model: return "model";
-    case FolderKind::tokenizer: return "tokenizer";
-    case FolderKind::scheduler: return "scheduler";
-    case FolderKind::unknown: break;
+    case FolderKind::pipeline:
+      return "pipeline";
+    case FolderKind::model:
+      return "model";
+    case FolderKind::tokenizer:
+      return "tokenizer";
+    case FolderKind::scheduler:
+      return "scheduler";
+    case FolderKind::unknown:
+      break;
   }
   return "unknown";
 }
@@ -42,8 +47,8 @@ FolderKind detect_folder_kind(const std::string& path) {
   if (has_file(dir, "model_index.json")) return FolderKind::pipeline;
   if (has_file(dir, "scheduler_config.json")) return FolderKind::scheduler;
   if (has_file(dir, "config.json")) return FolderKind::model;
-  for (const char* f : {"tokenizer_config.json", "tokenizer.json", "vocab.json", "spiece.model",
-                        "tokenizer.model"})
+  for (const char* f :
+       {"tokenizer_config.json", "tokenizer.json", "vocab.json", "spiece.model", "tokenizer.model"})
     if (has_file(dir, f)) return FolderKind::tokenizer;
   return FolderKind::unknown;
 }
@@ -122,8 +127,8 @@ const ComponentInfo& PipelineFolder::component(const std::string& name) const {
     if (c.name != name) continue;
     TESSERA_CHECK(!c.library.empty(), path, "/model_index.json: component '", name,
                   "' is [null, null] (not part of this pipeline)");
-    TESSERA_CHECK(c.present, path, "/model_index.json lists component '", name,
-                  "' but folder ", c.path, " is missing");
+    TESSERA_CHECK(c.present, path, "/model_index.json lists component '", name, "' but folder ",
+                  c.path, " is missing");
     return c;
   }
   TESSERA_FAIL(path, "/model_index.json: no component '", name, "'");

@@ -14,14 +14,14 @@ enum class FolderKind { pipeline, model, tokenizer, scheduler, unknown };
 const char* folder_kind_name(FolderKind k);
 
 struct ComponentInfo {
-  std::string name;         // "transformer"
-  std::string library;      // "diffusers" / "transformers"; "" for a [null, null] entry
-  std::string class_name;   // "FluxTransformer2DModel"
-  std::string path;         // the component's folder
-  bool present = false;     // the folder exists
+  std::string name;        // "transformer"
+  std::string library;     // "diffusers" / "transformers"; "" for a [null, null] entry
+  std::string class_name;  // "FluxTransformer2DModel"
+  std::string path;        // the component's folder
+  bool present = false;    // the folder exists
   FolderKind kind = FolderKind::unknown;
-  std::string config_path;  // config.json / scheduler_config.json / tokenizer_config.json or ""
-  std::string weights_path; // checkpoint file or index, "" when none
+  std::string config_path;   // config.json / scheduler_config.json / tokenizer_config.json or ""
+  std::string weights_path;  // checkpoint file or index, "" when none
   std::vector<std::string> files;  // file names in the folder, sorted
 
   JsonConfig config() const;  // loads config_path; throws when there is none
@@ -29,9 +29,9 @@ struct ComponentInfo {
 
 struct PipelineFolder {
   std::string path;
-  std::string class_name;         // "_class_name"
-  std::string diffusers_version;  // "_diffusers_version", may be ""
-  JsonConfig index;               // model_index.json
+  std::string class_name;                 // "_class_name"
+  std::string diffusers_version;          // "_diffusers_version", may be ""
+  JsonConfig index;                       // model_index.json
   std::vector<ComponentInfo> components;  // sorted by name
 
   bool has_component(const std::string& name) const;

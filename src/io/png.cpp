@@ -88,17 +88,17 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   ihdr.bit_depth = 8;
   ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
   int err = spng_set_ihdr(ctx.get(), &ihdr);
-  if (!err && !chunks.empty()) err = spng_set_text(ctx.get(), chunks.data(), uint32_t(chunks.size()));
+  if (!err && !chunks.empty())
+    err = spng_set_text(ctx.get(), chunks.data(), uint32_t(chunks.size()));
   const size_t bytes = size_t(width) * size_t(height) * 3;
   if (!err) err = spng_encode_image(ctx.get(), rgb, bytes, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
   TESSERA_CHECK(!err, path, ": [png] encoding failed (", spng_strerror(err), ")");
   size_t png_size = 0;
   std::unique_ptr<void, decltype(&std::free)> png(spng_get_png_buffer(ctx.get(), &png_size, &err),
-                                                   &std::free);
+                                                  &std::free);
   TESSERA_CHECK(png && !err, path, ": [png] encoding failed (", spng_strerror(err), ")");
-  write_file_atomically(path, [&](std::FILE* fp) {
-    return std::fwrite(png.get(), 1, png_size, fp) == png_size;
-  });
+  write_file_atomically(
+      path, [&](std::FILE* fp) { return std::fwrite(png.get(), 1, png_size, fp) == png_size; });
 }
 
 PngImage read_png(const std::string& path) {

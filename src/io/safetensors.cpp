@@ -41,8 +41,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   }
   char small[8] = {};
   size_t data_start = 0;
-  f->entries_ = parse_safetensors_buffer(f->map_ ? f->map_ : small, size, path, &f->metadata_,
-                                         &data_start);
+  f->entries_ =
+      parse_safetensors_buffer(f->map_ ? f->map_ : small, size, path, &f->metadata_, &data_start);
   f->data_ = static_cast<const char*>(f->map_) + data_start;
   for (size_t i = 0; i < f->entries_.size(); ++i) f->index_[f->entries_[i].name] = i;
   return f;
@@ -56,7 +56,9 @@ size_t SafetensorsFile::data_bytes() const {
   return map_ ? map_size_ - size_t(data_ - static_cast<const char*>(map_)) : 0;
 }
 
-bool SafetensorsFile::contains(const std::string& name) const { return index_.count(name) > 0; }
+bool SafetensorsFile::contains(const std::string& name) const {
+  return index_.count(name) > 0;
+}
 
 const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
   auto it = index_.find(name);

@@ -26,9 +26,9 @@ constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // Parses and validates a header (everything after the 8-byte length). `file` names the source
 // in error messages. Throws tessera::Error with a one-line message on any malformation, and
 // nothing else (allocation failures included); never reads outside [json, json + json_len).
-std::vector<SafetensorsEntry> parse_safetensors_header(const char* json, size_t json_len,
-                                                       size_t data_bytes, const std::string& file,
-                                                       std::map<std::string, std::string>* metadata);
+std::vector<SafetensorsEntry> parse_safetensors_header(
+    const char* json, size_t json_len, size_t data_bytes, const std::string& file,
+    std::map<std::string, std::string>* metadata);
 
 // Validates a whole file image (length prefix, header, data section bounds). Sets
 // *data_start to the byte offset of the data section. Same error contract as above.

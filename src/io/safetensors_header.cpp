@@ -34,9 +34,12 @@ void check_nesting(const char* text, size_t len, const std::string& file) {
   for (size_t i = 0; i < len; ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -89,8 +92,8 @@ std::vector<SafetensorsEntry> parse_impl(const char* text, size_t len, size_t da
       }
       continue;
     }
-    TESSERA_CHECK(value.is_object(), file, ": tensor '", pname, "' entry is a ",
-                  value.type_name(), ", expected {dtype, shape, data_offsets}");
+    TESSERA_CHECK(value.is_object(), file, ": tensor '", pname, "' entry is a ", value.type_name(),
+                  ", expected {dtype, shape, data_offsets}");
     auto dt = value.find("dtype");
     auto sh = value.find("shape");
     auto off = value.find("data_offsets");
@@ -125,9 +128,8 @@ std::vector<SafetensorsEntry> parse_impl(const char* text, size_t len, size_t da
     TESSERA_CHECK(b <= en && en <= data_bytes, file, ": tensor '", pname, "' offsets [", b, ", ",
                   en, "] are out of range (data section is ", data_bytes, " bytes)");
     const uint64_t need = numel * dtype_size(e.dtype);
-    TESSERA_CHECK(en - b == need, file, ": tensor '", pname, "' shape ", dims_str(e.shape),
-                  " of ", dname, " needs ", need, " bytes but offsets [", b, ", ", en, "] give ",
-                  en - b);
+    TESSERA_CHECK(en - b == need, file, ": tensor '", pname, "' shape ", dims_str(e.shape), " of ",
+                  dname, " needs ", need, " bytes but offsets [", b, ", ", en, "] give ", en - b);
     e.begin = size_t(b);
     e.end = size_t(en);
     entries.push_back(std::move(e));
@@ -167,12 +169,12 @@ std::string printable_name(const std::string& s, size_t max_len) {
   return out;
 }
 
-std::vector<SafetensorsEntry> parse_safetensors_header(const char* text, size_t len,
-                                                       size_t data_bytes, const std::string& file,
-                                                       std::map<std::string, std::string>* metadata) {
+std::vector<SafetensorsEntry> parse_safetensors_header(
+    const char* text, size_t len, size_t data_bytes, const std::string& file,
+    std::map<std::string, std::string>* metadata) {
   try {
-    TESSERA_CHECK(len <= kMaxSafetensorsHeaderBytes, file, ": header length ", len,
-                  " exceeds the ", kMaxSafetensorsHeaderBytes, "-byte limit");
+    TESSERA_CHECK(len <= kMaxSafetensorsHeaderBytes, file, ": header length ", len, " exceeds the ",
+                  kMaxSafetensorsHeaderBytes, "-byte limit");
     return parse_impl(text, len, data_bytes, file, metadata);
   } catch (const Error&) {
     throw;
@@ -201,8 +203,8 @@ std::vector<SafetensorsEntry> parse_safetensors_buffer(const void* bytes, size_t
   TESSERA_CHECK(header_len <= size - 8, file, ": header length ", header_len,
                 " runs past the end of the file (", size, " bytes; truncated?)");
   const char* header = static_cast<const char*>(bytes) + 8;
-  auto entries = parse_safetensors_header(header, size_t(header_len),
-                                          size - 8 - size_t(header_len), file, metadata);
+  auto entries = parse_safetensors_header(header, size_t(header_len), size - 8 - size_t(header_len),
+                                          file, metadata);
   if (data_start) *data_start = 8 + size_t(header_len);
   return entries;
 }

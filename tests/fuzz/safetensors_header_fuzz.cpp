@@ -28,8 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // As a whole file: length prefix, header, data section.
   try {
     size_t start = 0;
-    const auto entries =
-        tessera::parse_safetensors_buffer(data, size, "fuzz", &metadata, &start);
+    const auto entries = tessera::parse_safetensors_buffer(data, size, "fuzz", &metadata, &start);
     if (start > size) __builtin_trap();
     check(entries, size - start);
   } catch (const tessera::Error&) {
@@ -37,8 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // As a bare header, so mutations reach the JSON validation without a matching prefix.
   try {
     const size_t data_bytes = size * 4;
-    check(tessera::parse_safetensors_header(reinterpret_cast<const char*>(data), size,
-                                            data_bytes, "fuzz", &metadata),
+    check(tessera::parse_safetensors_header(reinterpret_cast<const char*>(data), size, data_bytes,
+                                            "fuzz", &metadata),
           data_bytes);
   } catch (const tessera::Error&) {
   }
