@@ -338,8 +338,9 @@ def _pipeline_case(pipe: Flux2Pipeline, case: dict, dtype_name: str, dst: pathli
                                "the pipeline dtype, packed to (B, H/16*W/16, 128); latent_ids "
                                "(B, N, 4) rows (0, h, w, 0)",
             "latents.i": "packed latents after step i (callback_on_step_end)",
-            "noise_pred.i/timestep.i": "transformer output / its timestep argument (t/1000) at "
-                                       "step i; guidance: its guidance argument (float32)",
+            "noise_pred.i/timestep.i": "transformer output / its timestep argument at step i: "
+                                       "t cast to the latents' dtype (bf16 in bf16 runs), then "
+                                       "/ 1000; guidance: its guidance argument (float32)",
             "input_ids/attention_mask": "chat-template ids the text encoder got (left padded)",
             "prompt_embeds/text_ids": "stacked hidden_states[10, 20, 30] (B, L, 96) and text ids "
                                       "(B, L, 4) rows (0, 0, 0, l)",

@@ -302,7 +302,8 @@ def _pipeline_case(pipe, case: dict, dtype_name: str, dst: pathlib.Path) -> None
                                "dtype",
             "latents.i": "latents after step i (callback_on_step_end)",
             "noise_pred.i/timestep.i": "transformer output (before CFG; batch [uncond, cond] "
-                                       "with CFG) / its timestep argument (0..1000) at step i",
+                                       "with CFG) / its timestep argument (0..1000, float32 "
+                                       "even in bf16 runs) at step i",
             "clip_l/clip_g/t5_input_ids": "token ids each text encoder got for the prompt "
                                           "(negative_*: for the empty negative prompt)",
             "prompt_embeds": "(B, 77 + max_sequence_length, 32): [CLIP-L | CLIP-G | zero pad] "
