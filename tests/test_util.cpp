@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -70,6 +71,38 @@ static ::testing::AssertionResult same_shape(const Tensor& a, const Tensor& e) {
                                        << " bf16 elements beyond 1 ulp / rtol " << rtol
                                        << "; first at flat index " << first << ": " << a[first]
                                        << " vs expected " << e[first];
+}
+
+::testing::AssertionResult activations_close(const Tensor& actual, const Tensor& expected,
+                                             DType compute_dtype) {
+  if (auto r = same_shape(actual, expected); !r) return r;
+  const auto a = actual.to_floats(), e = expected.to_floats();
+  double max_diff = 0, sum_diff = 0, max_ref = 0, sum_ref = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(e[i]));
+    if (!(d <= max_diff)) {  // also catches NaN
+      max_diff = std::isnan(d) ? INFINITY : d;
+      worst = i;
+    }
+    sum_diff += d;
+    max_ref = std::max(max_ref, std::fabs(double(e[i])));
+    sum_ref += std::fabs(double(e[i]));
+  }
+  const double scale = std::max(1.0, max_ref);
+  const double n = double(std::max<size_t>(a.size(), 1));
+  bool ok;
+  if (compute_dtype == DType::bf16) {
+    ok = sum_diff / n <= 1e-2 * (sum_ref / n) + 1e-6 && max_diff <= 5e-2 * scale;
+  } else {
+    ok = max_diff <= 1e-4 * scale;
+  }
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << dtype_name(compute_dtype) << " activations differ: max |diff| " << max_diff
+         << " at flat index " << worst << " (" << a[worst] << " vs " << e[worst]
+         << "), mean |diff| " << sum_diff / n << ", mean |expected| " << sum_ref / n
+         << ", max |expected| " << max_ref;
 }
 
 ::testing::AssertionResult bit_equal(const Tensor& actual, const Tensor& expected) {

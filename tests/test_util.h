@@ -23,6 +23,11 @@ std::map<std::string, Tensor> load_fixture(const std::string& relative);
 // Every bf16 element equals PyTorch's or is one bf16 ulp from it, or within `rtol` relative.
 ::testing::AssertionResult bf16_close(const Tensor& actual, const Tensor& expected,
                                       double rtol = 1e-2);
+// Model activations against diffusers (docs/decisions/0008-model-tolerances.md):
+// f32: max |a - e| <= 1e-4 (scaled by max(1, max|e|));
+// bf16: mean |a - e| <= 1e-2 * mean|e| and max |a - e| <= 5e-2 * max(1, max|e|).
+::testing::AssertionResult activations_close(const Tensor& actual, const Tensor& expected,
+                                             DType compute_dtype);
 // Bit-for-bit equality (same dtype, same shape, same bytes).
 ::testing::AssertionResult bit_equal(const Tensor& actual, const Tensor& expected);
 
