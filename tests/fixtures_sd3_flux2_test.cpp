@@ -301,7 +301,7 @@ TEST(Sd35Fixtures, PipelineGoldensHaveDocumentedTensors) {
       const std::map<std::string, Shape> shapes = {
           {"initial_latents", {1, 16, h / 8, w / 8}},
           {"prompt_embeds", {1, 77 + seq, 32}},
-          {"pooled_prompt_embeds", {1, 24}},
+          {"pooled_prompt_embeds", {1, 20}},
           {"clip_l_input_ids", {1, 77}},
           {"clip_g_input_ids", {1, 77}},
           {"t5_input_ids", {1, seq}},

@@ -9,11 +9,12 @@ Writes
 * tests/fixtures/goldens/sd35-medium-tiny/pipeline/<case>/<f32|bf16>/: one pipeline run each.
 
 Tiny config, keeping the real model's structure:
-* text_encoder: CLIPTextModelWithProjection, CLIP-L style (quick_gelu), hidden 8, 2 heads.
-* text_encoder_2: CLIPTextModelWithProjection, CLIP-G style (gelu), hidden 16, 2 heads, 3 layers.
+* text_encoder: CLIPTextModelWithProjection, CLIP-L style (quick_gelu), hidden 8, 2 heads of 4.
+* text_encoder_2: CLIPTextModelWithProjection, CLIP-G style (gelu), hidden 12, 3 heads of 4
+  (the same head dim as CLIP-L, more heads, as 64 x 12 vs 64 x 20), 3 layers.
   Both keep the published eos_token_id=2, so pooling takes argmax(input_ids) (the eot token).
 * text_encoder_3: T5EncoderModel (gated-gelu), d_model 32 = joint_attention_dim; the CLIP
-  states (8 + 16 = 24 wide) are zero-padded to 32 by the pipeline, as 2048 -> 4096 in the real one.
+  states (8 + 12 = 20 wide) are zero-padded to 32 by the pipeline, as 2048 -> 4096 in the real one.
 * transformer: SD3Transformer2DModel, 2 heads x 16, 4 blocks, dual attention in blocks 0-1
   (13 of 24 in the real one), qk_norm rms_norm, the last block context_pre_only (diffusers sets it
   on block num_layers-1 itself), pos_embed_max_size 16 (so images up to 256 px).
@@ -79,8 +80,8 @@ def build_pipeline(tok_dirs: dict[str, pathlib.Path]) -> StableDiffusion3Pipelin
         hidden_size=8, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
         hidden_act="quick_gelu", projection_dim=8, **clip_common))
     text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(
-        hidden_size=16, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-        hidden_act="gelu", projection_dim=16, **clip_common))
+        hidden_size=12, intermediate_size=48, num_hidden_layers=3, num_attention_heads=3,
+        hidden_act="gelu", projection_dim=12, **clip_common))
     text_encoder_3 = T5EncoderModel(T5Config(
         vocab_size=_t5_vocab_size(tok_dirs["tokenizer_3"]), d_model=32, d_kv=8, d_ff=64,
         num_layers=2, num_heads=4, feed_forward_proj="gated-gelu",
@@ -90,7 +91,7 @@ def build_pipeline(tok_dirs: dict[str, pathlib.Path]) -> StableDiffusion3Pipelin
     transformer = SD3Transformer2DModel(
         sample_size=8, patch_size=2, in_channels=16, num_layers=4, attention_head_dim=16,
         num_attention_heads=2, joint_attention_dim=32, caption_projection_dim=32,
-        pooled_projection_dim=24, out_channels=16, pos_embed_max_size=16,
+        pooled_projection_dim=20, out_channels=16, pos_embed_max_size=16,
         dual_attention_layers=(0, 1), qk_norm="rms_norm")
     vae = AutoencoderKL(
         in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
@@ -208,7 +209,7 @@ def _component_goldens(pipe_dir: pathlib.Path, out: pathlib.Path, dtype_name: st
         "hidden_states": torch.randn(2, 16, 6, 10, generator=g).to(dtype),
         "timestep": torch.tensor([1000.0, 437.5]).to(dtype),
         "encoder_hidden_states": torch.randn(2, 77 + 32, 32, generator=g).to(dtype),
-        "pooled_projections": torch.randn(2, 24, generator=g).to(dtype),
+        "pooled_projections": torch.randn(2, 20, generator=g).to(dtype),
     }
     n = model.config.num_layers
     names = (["pos_embed", "time_text_embed", "context_embedder", "norm_out", "proj_out"]
