@@ -394,39 +394,6 @@ def random_unicode_strings(n: int = 300) -> list:
     return out
 
 
-def _t5_sentencepiece_divergent(folder: pathlib.Path, texts: list) -> list:
-    """Indices of texts where sentencepiece, run word by word, differs from transformers.
-
-    transformers applies the spm charsmap per grapheme cluster (a cluster under 6 bytes is
-    replaced by the mapping of its shortest mapped prefix, dropping the rest, e.g. a combining
-    mark after a circled letter); sentencepiece maps the longest match across the text. tessera
-    uses sentencepiece, so these strings are a documented divergence (0005-tokenizers.md)."""
-    import sentencepiece as spm
-    from transformers import T5TokenizerFast
-
-    sp = spm.SentencePieceProcessor(model_file=str(folder / "spiece.model"))
-    t5 = T5TokenizerFast.from_pretrained(str(folder))
-    # tessera's strategy: split on Rust's whitespace (except what the normaliser deletes), then
-    # sentencepiece per word.
-    rust_ws = set(map(chr, [0x9, 0xA, 0xB, 0xC, 0xD, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-                            0x2028, 0x2029, 0x202F, 0x205F, 0x3000]))
-    split_ws = {c for c in rust_ws if sp.encode("a" + c + "b") != sp.encode("ab")}
-    bad = []
-    for i, t in enumerate(texts):
-        words, cur = [], ""
-        for c in t:
-            if c in split_ws:
-                words.append(cur)
-                cur = ""
-            elif c not in rust_ws:
-                cur += c
-        words.append(cur)
-        ids = [x for w in words if w for x in sp.encode(w)]
-        if ids != t5(t, add_special_tokens=False)["input_ids"]:
-            bad.append(i)
-    return bad
-
-
 def _encode(tok, texts, **kw) -> list:
     enc = tok(texts, **kw)
     return [{"ids": list(map(int, ids)), "mask": "".join(str(int(m)) for m in mask)}
@@ -519,7 +486,6 @@ def make(fixtures_dir: pathlib.Path) -> None:
     clip = CLIPTokenizer.from_pretrained(str(out / "clip"))
     golden["random_clip"] = [clip(t, add_special_tokens=False)["input_ids"] for t in rand]
     golden["random_t5"] = [t5(t, add_special_tokens=False)["input_ids"] for t in rand]
-    golden["random_t5_sentencepiece_divergent"] = _t5_sentencepiece_divergent(out / "t5", rand)
     golden["random_mistral"] = [mistral(t, add_special_tokens=False)["input_ids"] for t in rand]
     # Same vocabulary with Llama 3's split pattern (what the published checkpoint carries); the
     # C++ test swaps the pattern in tokenizer.json the same way.
@@ -542,7 +508,8 @@ def make(fixtures_dir: pathlib.Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Unicode tables for the C++ tokenizers, probed from the `tokenizers` library itself so that
-# tessera's classes, lowercasing and NFC are exactly the reference's (run by hand:
+# tessera's classes, lowercasing and NFC are exactly the reference's; grapheme-cluster
+# properties come from the `regex` package (run by hand:
 #   /work/refvenv/bin/python reference/goldens/tokenizers.py --unicode-tables \
 #       src/tokenizers/unicode_tables.inc)
 # ---------------------------------------------------------------------------------------------
@@ -628,6 +595,38 @@ def write_unicode_tables(path: pathlib.Path) -> None:
     lines.append("static const CompEntry kComp[] = {")
     lines += [f"    {{0x{a:X}, 0x{b:X}, 0x{c:X}}}," for a, b, c in comps]
     lines.append("};")
+    # Grapheme clusters (UAX #29) for the T5 charsmap, which transformers applies per cluster.
+    import regex
+
+    gcb_names = ["CR", "LF", "Control", "Extend", "ZWJ", "Regional_Indicator", "Prepend",
+                 "SpacingMark", "L", "V", "T", "LV", "LVT"]
+    gcb = {}
+    for k, name in enumerate(gcb_names, start=1):
+        pat = regex.compile(rf"\p{{Grapheme_Cluster_Break={name}}}")
+        for c in cps:
+            if pat.match(chr(c)):
+                gcb[c] = k
+    lines.append("// Grapheme_Cluster_Break: 1 CR, 2 LF, 3 Control, 4 Extend, 5 ZWJ, 6 RI, 7 Prepend,")
+    lines.append("// 8 SpacingMark, 9 L, 10 V, 11 T, 12 LV, 13 LVT (absent: Other).")
+    lines.append("static const CccRange kGcb[] = {")
+    run = None
+    for c in sorted(gcb):
+        if run and run[1] == c - 1 and run[2] == gcb[c]:
+            run[1] = c
+        else:
+            if run:
+                lines.append(f"    {{0x{run[0]:X}, 0x{run[1]:X}, {run[2]}}},")
+            run = [c, c, gcb[c]]
+    lines.append(f"    {{0x{run[0]:X}, 0x{run[1]:X}, {run[2]}}},")
+    lines.append("};")
+    props = {"ExtPict": r"\p{Extended_Pictographic}", "InCBConsonant": r"\p{InCB=Consonant}",
+             "InCBExtend": r"\p{InCB=Extend}", "InCBLinker": r"\p{InCB=Linker}"}
+    for name, prop in props.items():
+        pat = regex.compile(prop)
+        rs = _ranges([c for c in cps if pat.match(chr(c))])
+        lines.append(f"static const CpRange k{name}[] = {{")
+        lines += [f"    {{0x{a:X}, 0x{b:X}}}," for a, b in rs]
+        lines.append("};")
     pathlib.Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

@@ -1,12 +1,12 @@
 // The T5 tokenizer as transformers 5 runs it for FLUX.1 / SD3 (T5TokenizerFast): added tokens
-// (<pad>, </s>, <unk>, <extra_id_N>) split from the raw text, the rest split on whitespace as
-// the normaliser leaves it and each word encoded by the sentencepiece unigram model
-// (spiece.model), then </s>, truncation and padding to max_sequence_length.
+// (<pad>, </s>, <unk>, <extra_id_N>) split from the raw text; the rest normalised with the
+// model's charsmap per grapheme cluster (transformers' Precompiled), split on whitespace, each
+// word encoded by the sentencepiece unigram model (spiece.model, normaliser switched off);
+// then </s>, truncation and padding to max_sequence_length.
 #pragma once
 #include <filesystem>
 #include <memory>
 #include <string_view>
-#include <unordered_set>
 
 #include "tokenizers/encoding.h"
 
@@ -38,7 +38,8 @@ class T5Tokenizer {
   T5Tokenizer();
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::vector<AddedToken> added_;
-  std::unordered_set<char32_t> deleted_whitespace_;  // dropped by the normaliser: no split
+  class CharsMap;
+  std::unique_ptr<CharsMap> charsmap_;
   int64_t eos_id_ = 1, pad_id_ = 0;
 };
 

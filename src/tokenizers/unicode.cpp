@@ -174,6 +174,91 @@ bool is_rust_whitespace(char32_t c) {
          c == 0x3000;
 }
 
+namespace {
+
+enum Gcb : uint32_t {
+  kOther = 0,
+  kCR,
+  kLF,
+  kControl,
+  kExtend,
+  kZWJ,
+  kRI,
+  kPrepend,
+  kSpacingMark,
+  kHL,
+  kHV,
+  kHT,
+  kHLV,
+  kHLVT
+};
+
+uint32_t gcb_of(char32_t c) {
+  if (c >= 0x20 && c < 0x7F) return kOther;
+  const CccRange* end = kGcb + sizeof(kGcb) / sizeof(kGcb[0]);
+  const CccRange* it = std::upper_bound(kGcb, end, uint32_t(c),
+                                        [](uint32_t v, const CccRange& r) { return v < r.lo; });
+  if (it == kGcb || uint32_t(c) > (it - 1)->hi) return kOther;
+  return (it - 1)->ccc;
+}
+
+}  // namespace
+
+size_t grapheme_end(std::u32string_view s, size_t i) {
+  if (i >= s.size()) return s.size();
+  uint32_t prev = gcb_of(s[i]);
+  size_t ri_run = prev == kRI ? 1 : 0;
+  bool pict = in_ranges(kExtPict, s[i]), pict_zwj = false;  // GB11 state
+  int incb = in_ranges(kInCBConsonant, s[i]) ? 1 : 0;       // GB9c: 1 consonant, 2 + linker
+  size_t j = i + 1;
+  for (; j < s.size(); ++j) {
+    char32_t c = s[j];
+    uint32_t cur = gcb_of(c);
+    bool join;
+    if (prev == kCR && cur == kLF)
+      join = true;  // GB3
+    else if (prev == kControl || prev == kCR || prev == kLF || cur == kControl || cur == kCR ||
+             cur == kLF)
+      join = false;  // GB4, GB5
+    else if (prev == kHL && (cur == kHL || cur == kHV || cur == kHLV || cur == kHLVT))
+      join = true;  // GB6
+    else if ((prev == kHLV || prev == kHV) && (cur == kHV || cur == kHT))
+      join = true;  // GB7
+    else if ((prev == kHLVT || prev == kHT) && cur == kHT)
+      join = true;  // GB8
+    else if (cur == kExtend || cur == kZWJ || cur == kSpacingMark || prev == kPrepend)
+      join = true;  // GB9, GB9a, GB9b
+    else if (incb == 2 && in_ranges(kInCBConsonant, c))
+      join = true;  // GB9c
+    else if (pict_zwj && in_ranges(kExtPict, c))
+      join = true;  // GB11
+    else if (prev == kRI && cur == kRI && ri_run % 2 == 1)
+      join = true;  // GB12, GB13
+    else
+      join = false;
+    if (!join) break;
+    ri_run = cur == kRI ? ri_run + 1 : 0;
+    bool ext_pict = in_ranges(kExtPict, c);
+    if (ext_pict) {
+      pict = true;
+      pict_zwj = false;
+    } else if (cur == kZWJ && pict) {
+      pict = false;
+      pict_zwj = true;
+    } else if (!(cur == kExtend && pict)) {
+      pict = pict_zwj = false;
+    }
+    if (in_ranges(kInCBConsonant, c))
+      incb = 1;
+    else if (incb && in_ranges(kInCBLinker, c))
+      incb = 2;
+    else if (!(incb && in_ranges(kInCBExtend, c)))
+      incb = 0;
+    prev = cur;
+  }
+  return j;
+}
+
 std::u32string to_lower(std::u32string_view s) {
   std::u32string out;
   out.reserve(s.size());

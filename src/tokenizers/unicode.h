@@ -26,6 +26,9 @@ bool is_regex_space(char32_t c);      // \s
 // Rust's char::is_whitespace (WhitespaceSplit, added-token lstrip/rstrip).
 bool is_rust_whitespace(char32_t c);
 
+// End (exclusive) of the extended grapheme cluster (UAX #29, with GB9c and GB11) at s[i].
+size_t grapheme_end(std::u32string_view s, size_t i);
+
 // Per-character full lowercase mapping (no context rules: final sigma stays sigma).
 std::u32string to_lower(std::u32string_view s);
 // Canonical composition (NFC).
