@@ -325,6 +325,8 @@ def _pipeline_case(pipe: Flux2Pipeline, case: dict, dtype_name: str, dst: pathli
     tensors["timesteps"] = pipe.scheduler.timesteps.detach().clone().to(torch.float32)
     tensors["sigmas"] = pipe.scheduler.sigmas.detach().clone().to(torch.float32)
     tensors.update(pc.image_tensors(images))
+    # uint8 pixels kept as int32: tessera's safetensors reader has no U8.
+    tensors["image_uint8"] = tensors["image_uint8"].to(torch.int32)
     seq = (case["height"] // 16) * (case["width"] // 16)
     manifest = dict(case)
     manifest.update(

@@ -292,6 +292,8 @@ def _pipeline_case(pipe, case: dict, dtype_name: str, dst: pathlib.Path) -> None
     tensors["timesteps"] = pipe.scheduler.timesteps.detach().clone().to(torch.float32)
     tensors["sigmas"] = pipe.scheduler.sigmas.detach().clone().to(torch.float32)
     tensors.update(pc.image_tensors(images))
+    # uint8 pixels kept as int32: tessera's safetensors reader has no U8.
+    tensors["image_uint8"] = tensors["image_uint8"].to(torch.int32)
     manifest = dict(case)
     manifest.update(
         max_sequence_length_is_default=case["max_sequence_length"] == 256,
