@@ -8,35 +8,58 @@ namespace tessera {
 
 const char* binary_op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
-    case BinaryOp::maximum: return "maximum";
-    case BinaryOp::minimum: return "minimum";
-    case BinaryOp::pow: return "pow";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
+    case BinaryOp::maximum:
+      return "maximum";
+    case BinaryOp::minimum:
+      return "minimum";
+    case BinaryOp::pow:
+      return "pow";
   }
   return "binary";
 }
 
 const char* unary_op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::sin: return "sin";
-    case UnaryOp::cos: return "cos";
-    case UnaryOp::square: return "square";
-    case UnaryOp::silu: return "silu";
-    case UnaryOp::gelu: return "gelu";
-    case UnaryOp::gelu_tanh: return "gelu_tanh";
-    case UnaryOp::quick_gelu: return "quick_gelu";
-    case UnaryOp::relu: return "relu";
+    case UnaryOp::neg:
+      return "neg";
+    case UnaryOp::abs:
+      return "abs";
+    case UnaryOp::exp:
+      return "exp";
+    case UnaryOp::log:
+      return "log";
+    case UnaryOp::sqrt:
+      return "sqrt";
+    case UnaryOp::rsqrt:
+      return "rsqrt";
+    case UnaryOp::tanh:
+      return "tanh";
+    case UnaryOp::sigmoid:
+      return "sigmoid";
+    case UnaryOp::sin:
+      return "sin";
+    case UnaryOp::cos:
+      return "cos";
+    case UnaryOp::square:
+      return "square";
+    case UnaryOp::silu:
+      return "silu";
+    case UnaryOp::gelu:
+      return "gelu";
+    case UnaryOp::gelu_tanh:
+      return "gelu_tanh";
+    case UnaryOp::quick_gelu:
+      return "quick_gelu";
+    case UnaryOp::relu:
+      return "relu";
   }
   return "unary";
 }
@@ -54,7 +77,9 @@ bool BinaryScalar::equal_attributes(const Primitive& o) const {
 
 namespace {
 
-bool is_int(DType t) { return t == DType::i64 || t == DType::i32; }
+bool is_int(DType t) {
+  return t == DType::i64 || t == DType::i32;
+}
 
 void check_float_or_int(const char* op, DType t) {
   TESSERA_CHECK(is_floating(t) || is_int(t), "[", op, "] unsupported dtype ", dtype_name(t),
@@ -88,7 +113,7 @@ DType promote_types(const Tensor& a, const Tensor& b) {
     const Tensor& dimmed = a.ndim() ? a : b;
     const Tensor& zero = a.ndim() ? b : a;
     return is_floating(zero.dtype()) && !is_floating(dimmed.dtype()) ? zero.dtype()
-                                                                      : dimmed.dtype();
+                                                                     : dimmed.dtype();
   }
   return promote_dtypes(ta, tb);
 }
@@ -128,8 +153,15 @@ static Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_
   return dispatch1(std::make_shared<BinaryScalar>(op, s, scalar_first), {a}, {a.shape(), dt});
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, double s) { return binary_scalar(op, a, s, false); }
-Tensor binary(BinaryOp op, double s, const Tensor& a) { return binary_scalar(op, a, s, true); }
+Tensor binary(BinaryOp op, const Tensor& a, double s) {
+  return binary_scalar(op, a, s, false);
+}
+Tensor binary(BinaryOp op, double s, const Tensor& a) {
+  // Python's s / t is t.reciprocal() * s: the reciprocal is stored (rounded) first.
+  if (op == BinaryOp::div)
+    return binary_scalar(BinaryOp::mul, binary_scalar(op, a, 1.0, true), s, false);
+  return binary_scalar(op, a, s, true);
+}
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   const char* name = unary_op_name(op);

@@ -32,8 +32,11 @@ class Binary final : public Primitive {
   BinaryOp op_;
 };
 
-// x op scalar (or scalar op x when scalar_first). The scalar stays fp32, never rounded to the
-// tensor's dtype: torch keeps a Python scalar in the op's fp32 math type.
+// x op scalar (or scalar op x when scalar_first), with torch's CPU handling of a Python scalar
+// on a bf16/f16 tensor: mul and div keep it in fp32; add, sub and pow round it to the tensor's
+// dtype first; pow by 2, 3, 0.5, -0.5, -1, -2 uses torch's special forms (x*x, x*x*x, sqrt,
+// ...), rounding intermediates as torch's reduced-precision arithmetic does. s / x is
+// reciprocal(x) * s as in Python (composed by div(s, x)).
 class BinaryScalar final : public Primitive {
  public:
   BinaryScalar(BinaryOp op, double scalar, bool scalar_first)

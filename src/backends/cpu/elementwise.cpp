@@ -55,7 +55,9 @@ void ew_round_through(float* x, DType t, int64_t n) {
 
 namespace {
 
-bool is_int(DType t) { return t == DType::i64 || t == DType::i32; }
+bool is_int(DType t) {
+  return t == DType::i64 || t == DType::i32;
+}
 
 // Output rows of a broadcast: the coalesced outer dims and, per operand, their strides and the
 // stride along the inner (last) dim, which is 0 or 1 for contiguous operands.
@@ -137,12 +139,18 @@ char* at_mut(const Tensor& t, int64_t elem) {
 
 int64_t int_op(BinaryOp op, int64_t x, int64_t y) {
   switch (op) {
-    case BinaryOp::add: return x + y;
-    case BinaryOp::sub: return x - y;
-    case BinaryOp::mul: return x * y;
-    case BinaryOp::maximum: return std::max(x, y);
-    case BinaryOp::minimum: return std::min(x, y);
-    default: TESSERA_FAIL("[", binary_op_name(op), "] not supported on integer tensors");
+    case BinaryOp::add:
+      return x + y;
+    case BinaryOp::sub:
+      return x - y;
+    case BinaryOp::mul:
+      return x * y;
+    case BinaryOp::maximum:
+      return std::max(x, y);
+    case BinaryOp::minimum:
+      return std::min(x, y);
+    default:
+      TESSERA_FAIL("[", binary_op_name(op), "] not supported on integer tensors");
   }
 }
 
@@ -193,11 +201,16 @@ void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, double scalar, Te
 
 int64_t int_unary(UnaryOp op, int64_t x) {
   switch (op) {
-    case UnaryOp::neg: return -x;
-    case UnaryOp::abs: return x < 0 ? -x : x;
-    case UnaryOp::square: return x * x;
-    case UnaryOp::relu: return x > 0 ? x : 0;
-    default: TESSERA_FAIL("[", unary_op_name(op), "] not supported on integer tensors");
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::abs:
+      return x < 0 ? -x : x;
+    case UnaryOp::square:
+      return x * x;
+    case UnaryOp::relu:
+      return x > 0 ? x : 0;
+    default:
+      TESSERA_FAIL("[", unary_op_name(op), "] not supported on integer tensors");
   }
 }
 
@@ -207,12 +220,79 @@ void Binary::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   run_binary(op_, contiguous(in[0]), contiguous(in[1]), 0.0, out[0]);
 }
 
+namespace {
+
+// x ** e for the exponents torch special-cases; false when e is not one of them.
+bool pow_special(const Tensor& x, Tensor& o, double e) {
+  enum Kind { sq, cube, sqrt_, rsqrt_, recip, recip_sq } kind;
+  if (e == 2.0)
+    kind = sq;
+  else if (e == 3.0)
+    kind = cube;
+  else if (e == 0.5)
+    kind = sqrt_;
+  else if (e == -0.5)
+    kind = rsqrt_;
+  else if (e == -1.0)
+    kind = recip;
+  else if (e == -2.0)
+    kind = recip_sq;
+  else
+    return false;
+  const EwKernels& k = ew_kernels();
+  const float one = 1.f;
+  for_each_chunk(1, o.numel(), [&](int64_t, int64_t c0, int64_t c1) {
+    const int64_t n = c1 - c0;
+    float bx[kEwChunk], bo[kEwChunk];
+    const float* fx = ew_load(at(x, c0), x.dtype(), n, bx);
+    switch (kind) {
+      case sq:
+        k.binary(BinaryOp::mul, fx, 1, fx, 1, bo, n);
+        break;
+      case cube:
+      case recip_sq:
+        k.binary(BinaryOp::mul, fx, 1, fx, 1, bo, n);
+        ew_round_through(bo, o.dtype(), n);  // torch multiplies in the tensor's dtype
+        if (kind == cube)
+          k.binary(BinaryOp::mul, bo, 1, fx, 1, bo, n);
+        else
+          k.binary(BinaryOp::div, &one, 0, bo, 1, bo, n);
+        break;
+      case sqrt_:
+        k.unary(UnaryOp::sqrt, fx, bo, n, false);
+        break;
+      case rsqrt_:
+        k.unary(UnaryOp::rsqrt, fx, bo, n, false);
+        break;
+      case recip:
+        k.binary(BinaryOp::div, &one, 0, fx, 1, bo, n);
+        break;
+    }
+    ew_store(bo, at_mut(o, c0), o.dtype(), n);
+  });
+  return true;
+}
+
+}  // namespace
+
 void BinaryScalar::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Tensor x = contiguous(in[0]);
+  Tensor& o = out[0];
+  double s = scalar_;
+  const bool reduced =
+      (o.dtype() == DType::bf16 || o.dtype() == DType::f16) && x.dtype() == o.dtype();
+  if (is_floating(o.dtype()) && op_ == BinaryOp::pow && !scalar_first_ && pow_special(x, o, s))
+    return;
+  // torch rounds a Python scalar to a bf16/f16 tensor's dtype for add, sub and pow.
+  if (reduced && (op_ == BinaryOp::add || op_ == BinaryOp::sub || op_ == BinaryOp::pow)) {
+    float f = float(s);
+    ew_round_through(&f, o.dtype(), 1);
+    s = f;
+  }
   if (scalar_first_)
-    run_binary(op_, Tensor(), x, scalar_, out[0]);
+    run_binary(op_, Tensor(), x, s, o);
   else
-    run_binary(op_, x, Tensor(), scalar_, out[0]);
+    run_binary(op_, x, Tensor(), s, o);
 }
 
 void Unary::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {

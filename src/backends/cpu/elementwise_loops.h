@@ -50,12 +50,13 @@ inline float ew_exp(float x) {
 inline float ew_sigmoid(float x) { return 1.f / (1.f + ew_exp(-x)); }
 inline float ew_silu(float x) { return x / (1.f + ew_exp(-x)); }
 
-// tanh(u) as (1 - e)/(1 + e) with e = exp(-2|u|): no overflow, and near +-1 (where GELU adds 1)
-// accurate to about one ulp. Used only inside gelu_tanh; the tanh op uses libm.
+// tanh(u) as 1 - 2e/(1 + e) with e = exp(-2|u|): no overflow, and near +-1 (where GELU adds 1
+// and torch's result is quantised by that sum) rounded like a correctly rounded tanh. Used only
+// inside gelu_tanh; the tanh op uses libm.
 inline float ew_tanh_gelu(float u) {
   const float a = u < 0.f ? -u : u;
   const float e = ew_exp(-2.f * a);
-  const float t = (1.f - e) / (1.f + e);
+  const float t = 1.f - 2.f * e / (1.f + e);
   return u < 0.f ? -t : t;
 }
 
@@ -65,8 +66,22 @@ inline float ew_gelu_tanh(float x) {
   return 0.5f * x * (1.f + ew_tanh_gelu(inner));
 }
 
-// Exact GELU through erfc, so the negative tail keeps its relative accuracy.
-inline float ew_gelu(float x) { return 0.5f * x * __builtin_erfcf(-x * 0.70710678118654752f); }
+// erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): the approximation torch's vectorised
+// CPU erf uses, so GELU's negative tail is quantised as the oracle's is.
+inline float ew_erf_as(float z) {
+  const float a = __builtin_fabsf(z);
+  const float t = 1.f / (0.3275911f * a + 1.f);
+  float r = 1.061405429f * t + -1.453152027f;
+  r = r * t + 1.421413741f;
+  r = r * t + -0.284496736f;
+  r = r * t + 0.254829592f;
+  const float e = ew_exp(-(z * z));
+  const float v = (-e * t) * r + 1.f;
+  return z < 0.f ? -v : v;
+}
+
+// Exact GELU in torch's form x * 0.5 * (1 + erf(x / sqrt 2)).
+inline float ew_gelu(float x) { return x * 0.5f * (1.f + ew_erf_as(x * 0.70710678118654752f)); }
 
 inline float ew_round_bf16(float f) {
   const uint32_t u = f_bits(f);
