@@ -219,7 +219,9 @@ def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) 
          "call": "model(input_ids, attention_mask, output_hidden_states=True, use_cache=False)",
          "outputs_note": "hidden_states.N as in the output tuple (0 = embeddings, N = layer N "
                          "output; the last one is after the final norm); logits are not stored; "
-                         "prompt_embeds = stack(hidden_states[10,20,30], 1) -> (B, L, 3*32)"})
+                         "prompt_embeds = stack(hidden_states[10,20,30], 1) -> (B, L, 3*32)",
+         "padding_note": "left padding: position ids are arange(L) whatever the mask, and a "
+                         "pad query row (no visible key) gets attention output 0"})
 
     # Transformer: batch 2, 6x10 latent tokens, 24 text tokens, FLUX.2's 4-axis ids.
     model = pipe.transformer
