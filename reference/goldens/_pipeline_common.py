@@ -257,13 +257,17 @@ class StepRecorder:
 
 
 def image_tensors(images: np.ndarray) -> dict[str, torch.Tensor]:
-    """output_type="np" images (B,H,W,3 float32 in [0,1]) plus the uint8 pixels PIL would hold."""
+    """output_type="np" images (B,H,W,3 float32 in [0,1]) plus the pixels PIL would hold.
+
+    The pixels are uint8 values stored as int32: tessera's safetensors reader has no U8 dtype.
+    numpy_to_pil computes (image * 255).round() in float32, rounding halves to even.
+    """
     from diffusers.image_processor import VaeImageProcessor
 
     pil = VaeImageProcessor.numpy_to_pil(images)
     uint8 = np.stack([np.asarray(p, dtype=np.uint8) for p in pil])
     return {"image": torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)),
-            "image_uint8": torch.from_numpy(uint8)}
+            "image_uint8": torch.from_numpy(uint8.astype(np.int32))}
 
 
 # ---- writing ------------------------------------------------------------------------------

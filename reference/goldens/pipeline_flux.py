@@ -8,7 +8,7 @@ Writes
       transformer, vae.decode, vae.encode
   tests/fixtures/goldens/<pipeline>/pipeline/<case>/<f32|bf16>/         (tensors.safetensors +
       manifest.json with prompt, seed, height, width, steps, guidance, max_sequence_length)
-f32 goldens load the saved bf16 weights with torch_dtype=float32; bf16 goldens with bfloat16.
+f32 goldens load the saved bf16 weights with dtype=torch.float32; bf16 goldens with bfloat16.
 """
 import pathlib
 
@@ -18,19 +18,19 @@ from . import _pipeline_common as pc
 from ._common import seeded
 from .tokenizers import build_clip_tokenizer, build_t5_tokenizer
 
-# Real FLUX.1 structure at tiny widths: CLIP-L -> 24 wide (its 49408-token embedding dominates the
+# Real FLUX.1 structure at tiny widths: CLIP-L -> 16 wide (its 49408-token embedding dominates the
 # size budget), T5-XXL -> 32 wide, transformer 2 heads x
 # 16 (RoPE axes 4+6+6 like 16+56+56), VAE with 4 blocks so vae_scale_factor stays 8.
-CLIP = dict(hidden_size=24, intermediate_size=64, num_hidden_layers=2, num_attention_heads=3,
+CLIP = dict(hidden_size=16, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
             max_position_embeddings=77, hidden_act="quick_gelu", layer_norm_eps=1e-5,
-            projection_dim=24, bos_token_id=0, eos_token_id=2, pad_token_id=1)  # FLUX.1's ids
+            projection_dim=16, bos_token_id=0, eos_token_id=2, pad_token_id=1)  # FLUX.1's ids
 T5 = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=32,
           relative_attention_max_distance=128, feed_forward_proj="gated-gelu", dropout_rate=0.1,
           layer_norm_epsilon=1e-6, is_encoder_decoder=True, tie_word_embeddings=False,
           decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
 TRANSFORMER = dict(patch_size=1, in_channels=64, num_layers=2, num_single_layers=2,
                    attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
-                   pooled_projection_dim=24, axes_dims_rope=(4, 6, 6))
+                   pooled_projection_dim=16, axes_dims_rope=(4, 6, 6))
 VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
            up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 16, 32, 32),
            layers_per_block=2, act_fn="silu", latent_channels=16, norm_num_groups=4,
@@ -174,16 +174,23 @@ def _component_goldens(variant: str, model_dir: pathlib.Path, out: pathlib.Path)
 
 
 def _rename_pairs(t: dict) -> dict:
-    # Flux blocks return (encoder_hidden_states, hidden_states); pos_embed returns (cos, sin).
-    fields = {"transformer_blocks": ("encoder_hidden_states", "hidden_states"),
-              "single_transformer_blocks": ("encoder_hidden_states", "hidden_states"),
-              "pos_embed": ("cos", "sin")}
+    """Names tuple outputs by meaning instead of position.
+
+    Flux blocks return (encoder_hidden_states, hidden_states); pos_embed (cos, sin); a T5 block
+    (hidden_states, position_bias), where the hidden states keep the block's own name.
+    """
+    fields = {"transformer_blocks": (2, (".encoder_hidden_states", ".hidden_states")),
+              "single_transformer_blocks": (2, (".encoder_hidden_states", ".hidden_states")),
+              "pos_embed": (1, (".cos", ".sin")),
+              "encoder.block": (3, ("", ".position_bias"))}
     out = {}
     for k, v in t.items():
-        parts = k.split(".")
-        head, idx = parts[0], parts[-1]
-        if head in fields and idx in ("0", "1") and len(parts) == (2 if head == "pos_embed" else 3):
-            k = ".".join(parts[:-1] + [fields[head][int(idx)]])
+        for head, (depth, names) in fields.items():
+            parts = k.split(".")
+            if k.startswith(head + ".") or k.startswith(head + "@"):
+                if len(parts) == depth + 1 and parts[-1] in ("0", "1"):
+                    k = ".".join(parts[:-1]) + names[int(parts[-1])]
+                break
         out[k] = v
     return out
 
@@ -254,7 +261,7 @@ def _pipeline_goldens(variant: str, model_dir: pathlib.Path, out: pathlib.Path) 
                     "timesteps/sigmas": "scheduler state after set_timesteps (sigmas end in 0)",
                     "vae_z/vae_sample": "VAE decoder input and output (before postprocess)",
                     "image": "output_type=np, (B, H, W, 3) float32 in [0, 1]",
-                    "image_uint8": "the pixels of the PIL image diffusers returns",
+                    "image_uint8": "the PIL image's uint8 pixels (B, H, W, 3), stored as int32",
                 },
             }
             pc.save_case(out / "pipeline" / name / dname, t, manifest)
