@@ -241,12 +241,29 @@ def _run_case(model_dir: pathlib.Path, dtype: torch.dtype, prompt: str, seed: in
     return t
 
 
+def _self_check(t: dict, dtype: torch.dtype, seed: int, height: int, width: int, steps: int):
+    """Fails the run if diffusers stops doing what the README documents for these tensors."""
+    h, w = 2 * (height // 16), 2 * (width // 16)
+    noise = torch.randn((1, 16, h, w), generator=seeded(seed), dtype=dtype)
+    packed = noise.view(1, 16, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+    assert torch.equal(packed.reshape(1, h * w // 4, 64), t["initial_latents"]), "noise packing"
+    s = t["sigmas"]
+    assert torch.equal(t["timesteps"], s[:-1] * 1000) and s[-1] == 0, "timesteps = sigmas * 1000"
+    prev = t["initial_latents"]
+    for i in range(steps):
+        # Euler: dt is a 0-dim f32 tensor, so dt * v stays in v's dtype (bf16 rounds here).
+        step = (prev.float() + (s[i + 1] - s[i]) * t[f"noise_pred.{i}"]).to(dtype)
+        assert torch.equal(step, t[f"latents.{i}"]), f"Euler step {i}"
+        prev = step
+
+
 def _pipeline_goldens(variant: str, model_dir: pathlib.Path, out: pathlib.Path) -> list[str]:
     names = []
     for name, p, seed, height, width, steps, max_seq in CASES[variant]:
         for dname, dtype in pc.DTYPES.items():
             t = _run_case(model_dir, dtype, PROMPTS[p], seed, height, width, steps,
                           GUIDANCE[variant], max_seq)
+            _self_check(t, dtype, seed, height, width, steps)
             manifest = {
                 "model": model_dir.name, "pipeline": "FluxPipeline", "dtype": dname,
                 "prompt": PROMPTS[p], "prompt_2": None, "seed": seed, "height": height,
@@ -256,7 +273,8 @@ def _pipeline_goldens(variant: str, model_dir: pathlib.Path, out: pathlib.Path) 
                 "generator": "torch.Generator('cpu').manual_seed(seed)", "output_type": "np",
                 "notes": {
                     "initial_latents": "packed (B, hw/4, 64), drawn in the pipeline dtype",
-                    "latents.i": "packed latents after step i (callback_on_step_end)",
+                    "latents.i": "packed latents after step i (callback_on_step_end): "
+                                 "(latents.f32 + (dt * noise_pred.i in the model dtype)).to(dtype)",
                     "noise_pred.i/timestep.i": "transformer output / timestep argument at step i",
                     "timesteps/sigmas": "scheduler state after set_timesteps (sigmas end in 0)",
                     "vae_z/vae_sample": "VAE decoder input and output (before postprocess)",
