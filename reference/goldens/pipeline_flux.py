@@ -255,6 +255,10 @@ def _self_check(t: dict, dtype: torch.dtype, seed: int, height: int, width: int,
         step = (prev.float() + (s[i + 1] - s[i]) * t[f"noise_pred.{i}"]).to(dtype)
         assert torch.equal(step, t[f"latents.{i}"]), f"Euler step {i}"
         prev = step
+    unpacked = prev.view(1, h // 2, w // 2, 16, 2, 2).permute(0, 3, 1, 4, 2, 5).reshape(1, 16, h, w)
+    assert torch.equal(unpacked / VAE["scaling_factor"] + VAE["shift_factor"], t["vae_z"]), "vae_z"
+    image = (t["vae_sample"] * 0.5 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float()
+    assert torch.equal(image, t["image"]), "postprocess"
 
 
 def _pipeline_goldens(variant: str, model_dir: pathlib.Path, out: pathlib.Path) -> list[str]:
