@@ -202,6 +202,36 @@ TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
   fs::remove_all(dir);
 }
 
+TEST(Tokenizers, ArbitraryBytesDoNotCrash) {
+  REQUIRE_GOLDEN();
+  ClipTokenizer clip = ClipTokenizer::from_folder(test::fixture_path("tokenizers/clip"));
+  T5Tokenizer t5 = T5Tokenizer::from_folder(test::fixture_path("tokenizers/t5"));
+  BpeTokenizer mistral =
+      BpeTokenizer::from_tokenizer_json(test::fixture_path("tokenizers/mistral/tokenizer.json"));
+  uint32_t state = 12345;
+  for (int n = 0; n < 200; ++n) {
+    std::string bytes;
+    for (int k = 0; k < n % 64; ++k) {
+      state = state * 1664525u + 1013904223u;
+      bytes.push_back(char(state >> 24));
+    }
+    EXPECT_EQ(clip.encode(bytes).ids.size(), 77u);
+    EXPECT_EQ(t5.encode(bytes, 64).ids.size(), 64u);
+    EXPECT_EQ(mistral.encode_flux2_chat(bytes, "sys", 128).ids.size(), 128u);
+  }
+}
+
+TEST(T5Tokenizer, TruncatedModelIsAnError) {
+  REQUIRE_GOLDEN();
+  fs::path dir = fs::temp_directory_path() / "tessera_t5_truncated";
+  fs::create_directories(dir);
+  std::ifstream in(test::fixture_path("tokenizers/t5/spiece.model"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(dir / "spiece.model", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+  EXPECT_THROW(T5Tokenizer::from_folder(dir), Error);
+  fs::remove_all(dir);
+}
+
 TEST(Tokenizers, BatchToTensors) {
   Encoding a{{1, 2, 0}, {1, 1, 0}}, b{{3, 4, 5}, {1, 1, 1}};
   auto [ids, mask] = to_tensors({a, b});
