@@ -1,11 +1,12 @@
 // SDPA against torch.nn.functional.scaled_dot_product_attention goldens
 // (reference/goldens/ops_attention.py), on both CPU paths: tiled (oneDNN tile GEMMs + online
 // softmax) and reference (plain loops).
+#include "ops/attention.h"
+
 #include <cmath>
 #include <string>
 
 #include "backends/cpu/attention_kernels.h"
-#include "ops/attention.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -44,8 +45,8 @@ constexpr double kRtol = 1e-5;
                                            << e[i] << " (beyond 2^-8 absolute)";
   }
   if (beyond_ulp * 10 > a.size())
-    return ::testing::AssertionFailure() << beyond_ulp << " of " << a.size()
-                                         << " elements beyond 1 ulp (more than 10%)";
+    return ::testing::AssertionFailure()
+           << beyond_ulp << " of " << a.size() << " elements beyond 1 ulp (more than 10%)";
   return ::testing::AssertionSuccess();
 }
 
@@ -86,22 +87,23 @@ TEST_P(SdpaGolden, MatchesTorch) {
 }
 
 const Case kCases[] = {
-    {"f32_d64_l77", false},        {"f32_d128_l1", false},         {"f32_d128_q1_k50", false},
-    {"f32_d64_l1000", false},      {"f32_causal_l77", true},       {"f32_causal_q33_k77", true},
-    {"f32_gqa_causal", true},      {"f32_bias_scale1", false},     {"f32_boolmask_causal", true},
-    {"bf16_d128_l77", false},      {"bf16_d64_l1", false},         {"bf16_d128_l1000", false},
-    {"bf16_causal_l77", true},     {"bf16_gqa_causal", true},      {"bf16_bias_scale1", false},
+    {"f32_d64_l77", false},         {"f32_d128_l1", false},     {"f32_d128_q1_k50", false},
+    {"f32_d64_l1000", false},       {"f32_causal_l77", true},   {"f32_causal_q33_k77", true},
+    {"f32_gqa_causal", true},       {"f32_bias_scale1", false}, {"f32_boolmask_causal", true},
+    {"bf16_d128_l77", false},       {"bf16_d64_l1", false},     {"bf16_d128_l1000", false},
+    {"bf16_causal_l77", true},      {"bf16_gqa_causal", true},  {"bf16_bias_scale1", false},
     {"bf16_boolmask_causal", true},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, SdpaGolden,
-    ::testing::Combine(::testing::ValuesIn(kCases),
-                       ::testing::Values(AttentionPath::tiled, AttentionPath::reference)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) +
-             (std::get<1>(info.param) == AttentionPath::tiled ? "_tiled" : "_reference");
-    });
+INSTANTIATE_TEST_SUITE_P(Fixtures, SdpaGolden,
+                         ::testing::Combine(::testing::ValuesIn(kCases),
+                                            ::testing::Values(AttentionPath::tiled,
+                                                              AttentionPath::reference)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) +
+                                  (std::get<1>(info.param) == AttentionPath::tiled ? "_tiled"
+                                                                                   : "_reference");
+                         });
 
 Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed) {
   std::vector<float> v(size_t(shape_numel(shape)));
@@ -142,8 +144,10 @@ TEST(Sdpa, TiledMatchesReferenceOnLongMaskedInput) {
       PathGuard g(AttentionPath::reference);
       ref = scaled_dot_product_attention(q, k, v, o);
     }
-    if (dt == DType::bf16) EXPECT_TRUE(attention_bf16_close(tiled, ref));
-    else EXPECT_TRUE(test::all_close(tiled, ref, kRtol, 5e-6));
+    if (dt == DType::bf16)
+      EXPECT_TRUE(attention_bf16_close(tiled, ref));
+    else
+      EXPECT_TRUE(test::all_close(tiled, ref, kRtol, 5e-6));
   }
 }
 

@@ -1,6 +1,7 @@
 // RoPE tables and rotation against diffusers (FluxPosEmbed, Flux2PosEmbed, apply_rotary_emb)
 // and transformers' Mistral apply_rotary_pos_emb (reference/goldens/ops_attention.py).
 #include "ops/rope.h"
+
 #include "runtime/error.h"
 #include "test_util.h"
 
@@ -46,14 +47,14 @@ TEST_F(Rope, InterleavedF32) {
 }
 
 TEST_F(Rope, InterleavedBf16) {
-  const Tensor out = apply_rope(t["xb_interleaved"], t["flux_cos"], t["flux_sin"],
-                                RopeLayout::interleaved, 1);
+  const Tensor out =
+      apply_rope(t["xb_interleaved"], t["flux_cos"], t["flux_sin"], RopeLayout::interleaved, 1);
   EXPECT_TRUE(test::bf16_close(out, t["outb_interleaved"]));
 }
 
 TEST_F(Rope, SplitHalvesF32) {
-  const Tensor out = apply_rope(t["x_split"], t["cos_cat"], t["sin_cat"],
-                                RopeLayout::split_halves, 2);
+  const Tensor out =
+      apply_rope(t["x_split"], t["cos_cat"], t["sin_cat"], RopeLayout::split_halves, 2);
   EXPECT_TRUE(test::all_close(out, t["out_split"], 1e-5, 1e-6));
 }
 

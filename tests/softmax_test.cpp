@@ -1,5 +1,6 @@
 // softmax against torch.softmax goldens (reference/goldens/ops_attention.py).
 #include "ops/softmax.h"
+
 #include "runtime/error.h"
 #include "test_util.h"
 

@@ -30,13 +30,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                 " supports f32 and bf16, got ", dtype_name(q.dtype()));
   const int64_t B = q.dim(0), H = q.dim(1), Lq = q.dim(2), D = q.dim(3);
   const int64_t Hkv = k.dim(1), Lk = k.dim(2), Dv = v.dim(3);
-  TESSERA_CHECK(k.dim(0) == B && v.dim(0) == B, op, " batch sizes differ: q ", q.describe(),
-                ", k ", k.describe(), ", v ", v.describe());
+  TESSERA_CHECK(k.dim(0) == B && v.dim(0) == B, op, " batch sizes differ: q ", q.describe(), ", k ",
+                k.describe(), ", v ", v.describe());
   TESSERA_CHECK(k.dim(3) == D, op, " k head dim ", k.dim(3), " != q head dim ", D);
-  TESSERA_CHECK(v.dim(1) == Hkv && v.dim(2) == Lk, op, " v ", v.describe(),
-                " must match k ", k.describe(), " in heads and length");
-  TESSERA_CHECK(Hkv > 0 && H % Hkv == 0, op, " q heads ", H,
-                " must be a multiple of k/v heads ", Hkv);
+  TESSERA_CHECK(v.dim(1) == Hkv && v.dim(2) == Lk, op, " v ", v.describe(), " must match k ",
+                k.describe(), " in heads and length");
+  TESSERA_CHECK(Hkv > 0 && H % Hkv == 0, op, " q heads ", H, " must be a multiple of k/v heads ",
+                Hkv);
   const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(double(D));
   std::vector<Tensor> inputs = {q, k, v};
   if (options.mask.defined()) {
@@ -51,8 +51,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                     " does not broadcast to ", shape_str(full));
     inputs.push_back(m.expand(full));
   }
-  auto prim = std::make_shared<ScaledDotProductAttention>(options.causal, scale,
-                                                          options.mask.defined());
+  auto prim =
+      std::make_shared<ScaledDotProductAttention>(options.causal, scale, options.mask.defined());
   return dispatch1(prim, inputs, {{B, H, Lq, Dv}, q.dtype()});
 }
 

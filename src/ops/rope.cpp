@@ -58,11 +58,11 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, RopeLay
   TESSERA_CHECK(cos.shape() == sin.shape(), op, " cos ", cos.describe(), " and sin ",
                 sin.describe(), " differ");
   const bool batched = cos.ndim() == 3;
-  TESSERA_CHECK((cos.ndim() == 2 || (batched && sd != 0 &&
-                                     (cos.dim(0) == x.dim(0) || cos.dim(0) == 1))) &&
-                    cos.dim(-2) == S && cos.dim(-1) == D,
-                op, " cos/sin ", cos.describe(), " must be (", S, ", ", D, ") or (B, ", S, ", ",
-                D, ") for x ", x.describe(), " with sequence_dim ", sd);
+  TESSERA_CHECK(
+      (cos.ndim() == 2 || (batched && sd != 0 && (cos.dim(0) == x.dim(0) || cos.dim(0) == 1))) &&
+          cos.dim(-2) == S && cos.dim(-1) == D,
+      op, " cos/sin ", cos.describe(), " must be (", S, ", ", D, ") or (B, ", S, ", ", D,
+      ") for x ", x.describe(), " with sequence_dim ", sd);
   return dispatch1(std::make_shared<ApplyRope>(layout, math, sd), {x, cos, sin},
                    {x.shape(), x.dtype()});
 }

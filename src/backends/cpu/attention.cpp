@@ -1,15 +1,17 @@
 // SDPA on CPU. Tiled path: per (batch, head, block of queries), stream blocks of keys; the two
 // tile GEMMs (Q K^T and P V) run through oneDNN matmul (AMX / AVX512-BF16 / AVX-512 picked by
 // oneDNN at run time), the online softmax in between by our own row kernels. The reference path
-// is plain loops, one query row at a time (no L x L buffer either); it serves TESSERA_CPU_ISA=scalar
-// and the tests that check one path against the other. See docs/decisions/0003-attention-kernel.md.
-#include <dnnl.hpp>
+// is plain loops, one query row at a time (no L x L buffer either); it serves
+// TESSERA_CPU_ISA=scalar and the tests that check one path against the other. See
+// docs/decisions/0003-attention-kernel.md.
+#include "ops/attention.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <dnnl.hpp>
 #include <limits>
 #include <map>
 #include <memory>
@@ -17,7 +19,6 @@
 #include <tuple>
 
 #include "backends/cpu/attention_kernels.h"
-#include "ops/attention.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"
 #include "runtime/error.h"
@@ -28,8 +29,12 @@ namespace cpu {
 namespace {
 std::atomic<AttentionPath> g_path{AttentionPath::automatic};
 }
-void set_attention_path(AttentionPath p) { g_path = p; }
-AttentionPath attention_path() { return g_path; }
+void set_attention_path(AttentionPath p) {
+  g_path = p;
+}
+AttentionPath attention_path() {
+  return g_path;
+}
 
 float exp_u20_scalar(float x) {
   auto bits = [](uint32_t u) {
@@ -61,17 +66,23 @@ float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const
     mx = std::max(mx, s[j]);
   }
   if (mx == ninf) {  // nothing visible yet: contribute zeros, keep the accumulator
-    if (p_bf16) std::memset(p, 0, size_t(n) * 2);
-    else std::memset(p, 0, size_t(n) * 4);
+    if (p_bf16)
+      std::memset(p, 0, size_t(n) * 2);
+    else
+      std::memset(p, 0, size_t(n) * 4);
     return 1.f;
   }
   float sum = 0;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t vec_end = n - n % 16;
-    const float e = j >= nvalid ? 0.f : j < vec_end ? exp_u20_scalar(s[j] - mx) : std::exp(s[j] - mx);
+    const float e = j >= nvalid   ? 0.f
+                    : j < vec_end ? exp_u20_scalar(s[j] - mx)
+                                  : std::exp(s[j] - mx);
     sum += e;
-    if (p_bf16) static_cast<uint16_t*>(p)[j] = f32_to_bf16(e);
-    else static_cast<float*>(p)[j] = e;
+    if (p_bf16)
+      static_cast<uint16_t*>(p)[j] = f32_to_bf16(e);
+    else
+      static_cast<float*>(p)[j] = e;
   }
   const float alpha = std::exp(*m - mx);  // exp(-inf) = 0 on the first block
   *l = *l * alpha + sum;
@@ -115,7 +126,8 @@ struct SdpaArgs {
 void mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
               float* add) {
   const size_t es = dtype_size(a.mask_dtype);
-  const char* base = a.mask + (b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j0 * a.ms[3]) * int64_t(es);
+  const char* base =
+      a.mask + (b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j0 * a.ms[3]) * int64_t(es);
   if (a.mask_dtype == DType::boolean) {
     for (int64_t j = 0; j < n; ++j) add[j] = base[j * a.ms[3]] ? 0.f : kNegInf;
   } else if (a.ms[3] == 1) {
@@ -126,7 +138,9 @@ void mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, in
   }
 }
 
-DType elem_type(const SdpaArgs& a) { return a.bf16 ? DType::bf16 : DType::f32; }
+DType elem_type(const SdpaArgs& a) {
+  return a.bf16 ? DType::bf16 : DType::f32;
+}
 
 // ---- reference: one query row at a time, two passes over the keys ------------------------------
 void sdpa_reference(const SdpaArgs& a) {
@@ -171,7 +185,8 @@ void sdpa_reference(const SdpaArgs& a) {
   });
 }
 
-// ---- tiled: oneDNN tile GEMMs + online softmax ---------------------------------------------------
+// ---- tiled: oneDNN tile GEMMs + online softmax
+// ---------------------------------------------------
 struct GemmKey {
   bool bf16;
   int64_t M, N, K, lda, ldb, ldc;
@@ -255,10 +270,12 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
   for (int64_t m : {QB, a.Lq % QB})
     for (int64_t n : {KB, a.Lk % KB}) {
       if (m == 0 || n == 0) continue;
-      scratch_bytes = std::max({scratch_bytes, qk_gemm(m, n).scratch.get_size(),
-                                pv_gemm(m, n).scratch.get_size()});
+      scratch_bytes = std::max(
+          {scratch_bytes, qk_gemm(m, n).scratch.get_size(), pv_gemm(m, n).scratch.get_size()});
     }
-  const cpu::SoftmaxRowFn row_fn = avx512 ? cpu::softmax_row_avx512 : cpu::softmax_row_scalar;
+  const cpu::SoftmaxRowFn row_fn = cpu_isa() >= CpuIsa::avx512_bf16 ? cpu::softmax_row_avx512bf16
+                                   : avx512                         ? cpu::softmax_row_avx512
+                                                                    : cpu::softmax_row_scalar;
 
   parallel_for(a.B * a.H * nqb, 1, [&](int64_t begin, int64_t end) {
     dnnl::stream stream(engine());
@@ -267,9 +284,12 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
     float* m = ml.as<float>();
     float* l = m + QB;
     auto run = [&](const Gemm& g, const void* A, const void* Bm, void* C) {
-      dnnl::memory ma(g.a, engine(), const_cast<void*>(A)), mb(g.b, engine(), const_cast<void*>(Bm)),
-          mc(g.c, engine(), C), msp(g.scratch, engine(), scratch.p);
-      g.prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+      dnnl::memory ma(g.a, engine(), const_cast<void*>(A)),
+          mb(g.b, engine(), const_cast<void*>(Bm)), mc(g.c, engine(), C),
+          msp(g.scratch, engine(), scratch.p);
+      g.prim.execute(stream, {{DNNL_ARG_SRC, ma},
+                              {DNNL_ARG_WEIGHTS, mb},
+                              {DNNL_ARG_DST, mc},
                               {DNNL_ARG_SCRATCHPAD, msp}});
     };
     for (int64_t w = begin; w < end; ++w) {
@@ -294,8 +314,10 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
                                      l + r, P.as<char>() + size_t(r * KB) * es, a.bf16);
           if (alpha != 1.f) {
             float* row = acc.as<float>() + r * a.Dv;
-            if (avx512) cpu::scale_row_avx512(row, a.Dv, alpha);
-            else for (int64_t d = 0; d < a.Dv; ++d) row[d] *= alpha;
+            if (avx512)
+              cpu::scale_row_avx512(row, a.Dv, alpha);
+            else
+              for (int64_t d = 0; d < a.Dv; ++d) row[d] *= alpha;
           }
         }
         run(pv_gemm(qn, kn), P.p, a.vrow(b, hk, k0), acc.p);
@@ -309,8 +331,10 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
         } else {
           for (int64_t d = 0; d < a.Dv; ++d) {
             const float x = row[d] * inv;
-            if (a.bf16) reinterpret_cast<uint16_t*>(o)[d] = f32_to_bf16(x);
-            else reinterpret_cast<float*>(o)[d] = x;
+            if (a.bf16)
+              reinterpret_cast<uint16_t*>(o)[d] = f32_to_bf16(x);
+            else
+              reinterpret_cast<float*>(o)[d] = x;
           }
         }
       }
@@ -321,8 +345,8 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
 // The tile GEMMs need rows: unit stride in the last dim and a row stride of at least a row.
 // Other layouts (e.g. (B, L, H, D) permuted to (B, H, L, D)) are read in place.
 Tensor unit_last_stride(const Tensor& t) {
-  const bool rows_ok = (t.dim(3) == 1 || t.strides()[3] == 1) &&
-                       (t.dim(2) == 1 || t.strides()[2] >= t.dim(3));
+  const bool rows_ok =
+      (t.dim(3) == 1 || t.strides()[3] == 1) && (t.dim(2) == 1 || t.strides()[2] >= t.dim(3));
   if (rows_ok) return t;
   Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
   std::vector<Tensor> outs = {c};
@@ -333,7 +357,8 @@ Tensor unit_last_stride(const Tensor& t) {
 }  // namespace
 
 void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-  const Tensor q = unit_last_stride(in[0]), k = unit_last_stride(in[1]), v = unit_last_stride(in[2]);
+  const Tensor q = unit_last_stride(in[0]), k = unit_last_stride(in[1]),
+               v = unit_last_stride(in[2]);
   SdpaArgs a;
   a.bf16 = q.dtype() == DType::bf16;
   a.B = q.dim(0), a.H = q.dim(1), a.Lq = q.dim(2), a.D = q.dim(3);
@@ -341,7 +366,8 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
   a.q = static_cast<const char*>(q.raw_data());
   a.k = static_cast<const char*>(k.raw_data());
   a.v = static_cast<const char*>(v.raw_data());
-  for (int i = 0; i < 3; ++i) a.qs[i] = q.strides()[i], a.ks[i] = k.strides()[i], a.vs[i] = v.strides()[i];
+  for (int i = 0; i < 3; ++i)
+    a.qs[i] = q.strides()[i], a.ks[i] = k.strides()[i], a.vs[i] = v.strides()[i];
   // A length-1 dim may carry any stride; give the GEMMs a plain row stride.
   if (a.Lq == 1) a.qs[2] = a.D;
   if (a.Lk == 1) a.ks[2] = a.D, a.vs[2] = a.Dv;
@@ -362,8 +388,10 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
   AttentionPath path = cpu::attention_path();
   if (path == AttentionPath::automatic)
     path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::tiled;
-  if (path == AttentionPath::reference) sdpa_reference(a);
-  else sdpa_tiled(a, cpu_isa() >= CpuIsa::avx512);
+  if (path == AttentionPath::reference)
+    sdpa_reference(a);
+  else
+    sdpa_tiled(a, cpu_isa() >= CpuIsa::avx512);
 }
 
 }  // namespace tessera

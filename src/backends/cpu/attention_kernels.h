@@ -13,16 +13,18 @@ constexpr int64_t kSdpaKeyBlock = 512;
 float exp_u20_scalar(float x);
 
 // One online-softmax step on a row of raw scores s[0, n): x = s * scale + add (add may be null;
-// x overwrites s), columns >= nvalid count as -inf. Updates the running max *m and sum *l, writes exp(x - m_new)
-// to p (f32, or bf16 rounded like torch's reduced-precision flash kernel) and returns the factor
-// exp(m_old - m_new) by which the row's accumulator must be rescaled.
-using SoftmaxRowFn = float (*)(float* s, int64_t n, int64_t nvalid, float scale,
-                               const float* add, float* m, float* l, void* p, bool p_bf16);
+// x overwrites s), columns >= nvalid count as -inf. Updates the running max *m and sum *l, writes
+// exp(x - m_new) to p (f32, or bf16 rounded like torch's reduced-precision flash kernel) and
+// returns the factor exp(m_old - m_new) by which the row's accumulator must be rescaled.
+using SoftmaxRowFn = float (*)(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
+                               float* m, float* l, void* p, bool p_bf16);
 
 float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                          float* m, float* l, void* p, bool p_bf16);
 float softmax_row_avx512(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                          float* m, float* l, void* p, bool p_bf16);
+float softmax_row_avx512bf16(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
+                             float* m, float* l, void* p, bool p_bf16);
 // acc[0, n) *= a
 void scale_row_avx512(float* acc, int64_t n, float a);
 // out[0, n) = acc * inv, stored as f32 or rounded to bf16

@@ -1,10 +1,11 @@
 // RoPE on CPU. The tables follow diffusers' float64 arithmetic; the rotation keeps torch's
 // evaluation order (two products, then the sum) so results match bit for bit where possible.
+#include "ops/rope.h"
+
 #include <cmath>
 #include <vector>
 
 #include "ops/copy.h"
-#include "ops/rope.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -27,7 +28,8 @@ void RopeFrequencies::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor
   const int64_t total = out[0].dim(-1);
   std::vector<double> freqs;
   for (int64_t d : axes_dim_)
-    for (int64_t i = 0; i < d; i += 2) freqs.push_back(1.0 / std::pow(theta_, double(i) / double(d)));
+    for (int64_t i = 0; i < d; i += 2)
+      freqs.push_back(1.0 / std::pow(theta_, double(i) / double(d)));
   const float* id = ids.data<float>();
   float* c = out[0].data<float>();
   float* s = out[1].data<float>();
@@ -85,8 +87,10 @@ void ApplyRope::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
       }
       for (int64_t j = 0; j < D; ++j) {
         float rot;
-        if (layout_ == RopeLayout::interleaved) rot = (j & 1) ? xr[j - 1] : -xr[j + 1];
-        else rot = j < half ? -xr[j + half] : xr[j - half];
+        if (layout_ == RopeLayout::interleaved)
+          rot = (j & 1) ? xr[j - 1] : -xr[j + 1];
+        else
+          rot = j < half ? -xr[j + half] : xr[j - half];
         const float a = rnd(xr[j] * cr[j]);
         const float c = rnd(rot * sr[j]);
         o[j] = rnd(a + c);

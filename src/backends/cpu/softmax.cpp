@@ -1,10 +1,11 @@
 // Softmax on CPU: fp32 math on rows gathered from any layout, one rounding on output.
+#include "ops/softmax.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "ops/copy.h"
-#include "ops/softmax.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -42,14 +43,15 @@ void Softmax::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(out[0].raw_data());
   if (inner == 1) {
-    parallel_for(outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
-      std::vector<float> row(static_cast<size_t>(n));
-      for (int64_t r = b; r < e; ++r) {
-        convert_elements(src + r * n * int64_t(es), dt, row.data(), DType::f32, size_t(n));
-        softmax_inplace(row.data(), n);
-        convert_elements(row.data(), DType::f32, dst + r * n * int64_t(es), dt, size_t(n));
-      }
-    });
+    parallel_for(
+        outer, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+          std::vector<float> row(static_cast<size_t>(n));
+          for (int64_t r = b; r < e; ++r) {
+            convert_elements(src + r * n * int64_t(es), dt, row.data(), DType::f32, size_t(n));
+            softmax_inplace(row.data(), n);
+            convert_elements(row.data(), DType::f32, dst + r * n * int64_t(es), dt, size_t(n));
+          }
+        });
     return;
   }
   // Reduction over a middle dim: gather each column (stride `inner`).

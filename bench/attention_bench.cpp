@@ -1,0 +1,50 @@
+// SDPA at the FLUX shape: B=1, 24 heads, 4608 tokens, head dim 128, f32 and bf16, 2 threads.
+// bench/run_attention_vs_torch.py runs this next to torch's scaled_dot_product_attention.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "ops/attention.h"
+#include "runtime/parallel.h"
+
+namespace {
+
+using namespace tessera;
+
+Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed) {
+  std::vector<float> v(size_t(shape_numel(shape)));
+  uint32_t s = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = float(int32_t(s >> 8) % 2001 - 1000) / 500.f;
+  }
+  return Tensor::from_floats(v, shape, dt);
+}
+
+void BM_Sdpa(benchmark::State& state, DType dt) {
+  const int64_t H = 24, L = 4608, D = 128;
+  set_num_threads(std::getenv("TESSERA_NUM_THREADS") ? num_threads() : 2);
+  const Tensor q = random_tensor({1, H, L, D}, dt, 1), k = random_tensor({1, H, L, D}, dt, 2),
+               v = random_tensor({1, H, L, D}, dt, 3);
+  benchmark::DoNotOptimize(scaled_dot_product_attention(q, k, v));  // warm-up: primitive cache
+  for (auto _ : state) benchmark::DoNotOptimize(scaled_dot_product_attention(q, k, v));
+  const double flops = 4.0 * H * L * L * D;  // QK^T and PV, 2 flops per multiply-add
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["threads"] = num_threads();
+}
+
+// ~0.26 TFLOP per call: few repetitions, fixed iteration count.
+BENCHMARK_CAPTURE(BM_Sdpa, bf16, DType::bf16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Sdpa, f32, DType::f32)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
+
+}  // namespace
+
+BENCHMARK_MAIN();
