@@ -422,23 +422,23 @@ def _check_clip_against_open_clip(texts: list, folder: pathlib.Path) -> None:
         if not had_ftfy:
             del sys.modules["ftfy"]
     hf = CLIPTokenizer.from_pretrained(str(folder))
-    mismatches = []
+    mismatches, compared = [], 0
     for t in texts:
         a = hf(t, add_special_tokens=False)["input_ids"]
         # open_clip's cleaning (html.unescape, strip) differs by design; compare on the plain
         # ASCII-and-letters strings where both cleanings are the identity.
         if "&" in t or any(ord(c) < 32 for c in t) or "<|" in t:
             continue
-        # ftfy.fix_text (which open_clip runs) NFC-normalises, as transformers' normaliser does.
-        b = oc.encode(unicodedata.normalize("NFC", t))
+        # ftfy.fix_text (which open_clip runs) NFC-normalises, as transformers' normaliser does;
+        # transformers lowercases char by char (no final-sigma rule), Python's str.lower does not.
+        b = oc.encode("".join(c.lower() for c in unicodedata.normalize("NFC", t)))
+        compared += 1
         if a != b:
             mismatches.append((t, a, b))
     if mismatches:
-        print(f"[tokenizers] open_clip and transformers differ on {len(mismatches)} strings, "
-              f"e.g. {mismatches[:3]!r}")
-    else:
-        print("[tokenizers] open_clip and transformers' CLIPTokenizer agree")
-    return mismatches
+        raise RuntimeError(f"open_clip and transformers' CLIPTokenizer differ on "
+                           f"{len(mismatches)} strings, e.g. {mismatches[:3]!r}")
+    print(f"[tokenizers] open_clip and transformers' CLIPTokenizer agree on {compared} strings")
 
 
 def make(fixtures_dir: pathlib.Path) -> None:
