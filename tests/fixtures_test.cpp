@@ -30,7 +30,9 @@ struct Variant {
   bool dynamic_shifting;
 };
 
-void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.name;
+}
 
 const Variant kVariants[] = {{"flux1-schnell-tiny", false, 1.0, false},
                              {"flux1-dev-tiny", true, 3.0, true}};
@@ -47,7 +49,9 @@ std::set<std::string> keys_of(const std::map<std::string, Tensor>& m) {
   return out;
 }
 
-std::string golden_dir(const Variant& v) { return std::string("goldens/") + v.name; }
+std::string golden_dir(const Variant& v) {
+  return std::string("goldens/") + v.name;
+}
 
 class FluxFixtures : public ::testing::TestWithParam<Variant> {
  protected:
@@ -274,14 +278,19 @@ TEST_P(FluxFixtures, PipelineGoldensHaveDocumentedTensors) {
                               {"image", "timesteps", "sigmas"});
       const auto t = test::load_fixture(base + "/tensors.safetensors");
       const int64_t tokens = (h / 16) * (w / 16);
-      const std::map<std::string, Shape> shapes = {
-          {"initial_latents", {1, tokens, 64}}, {"img_ids", {tokens, 3}},
-          {"prompt_embeds", {1, seq, joint}},   {"pooled_prompt_embeds", {1, pooled}},
-          {"txt_ids", {seq, 3}},                {"t5_input_ids", {1, seq}},
-          {"clip_input_ids", {1, 77}},          {"timesteps", {steps}},
-          {"sigmas", {steps + 1}},              {"vae_z", {1, 16, h / 8, w / 8}},
-          {"vae_sample", {1, 3, h, w}},         {"image", {1, h, w, 3}},
-          {"image_uint8", {1, h, w, 3}}};
+      const std::map<std::string, Shape> shapes = {{"initial_latents", {1, tokens, 64}},
+                                                   {"img_ids", {tokens, 3}},
+                                                   {"prompt_embeds", {1, seq, joint}},
+                                                   {"pooled_prompt_embeds", {1, pooled}},
+                                                   {"txt_ids", {seq, 3}},
+                                                   {"t5_input_ids", {1, seq}},
+                                                   {"clip_input_ids", {1, 77}},
+                                                   {"timesteps", {steps}},
+                                                   {"sigmas", {steps + 1}},
+                                                   {"vae_z", {1, 16, h / 8, w / 8}},
+                                                   {"vae_sample", {1, 3, h, w}},
+                                                   {"image", {1, h, w, 3}},
+                                                   {"image_uint8", {1, h, w, 3}}};
       for (const auto& [name, shape] : shapes) {
         ASSERT_TRUE(t.count(name)) << name;
         EXPECT_EQ(t.at(name).shape(), shape) << name;
@@ -305,12 +314,11 @@ TEST_P(FluxFixtures, PipelineGoldensHaveDocumentedTensors) {
   EXPECT_TRUE(default_seq);
 }
 
-INSTANTIATE_TEST_SUITE_P(Flux1, FluxFixtures, ::testing::ValuesIn(kVariants),
-                         [](const auto& info) {
-                           std::string s = info.param.name;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Flux1, FluxFixtures, ::testing::ValuesIn(kVariants), [](const auto& info) {
+  std::string s = info.param.name;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+});
 
 }  // namespace
 }  // namespace tessera
