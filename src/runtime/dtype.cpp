@@ -190,6 +190,7 @@ uint8_t f32_to_f8e5m2(float f) {
 }
 
 void convert_elements(const void* src, DType st, void* dst, DType dt, size_t n) {
+  if (n == 0) return;  // empty tensors may pass null buffers (memcpy(null, null, 0) is UB)
   if (st == dt) {
     std::memcpy(dst, src, n * dtype_size(st));
     return;
