@@ -1,6 +1,7 @@
 #include "io/json_config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +12,9 @@ namespace tessera {
 using json = nlohmann::json;
 
 JsonConfig JsonConfig::load(const std::string& path) {
+  std::error_code ec;
+  TESSERA_CHECK(!std::filesystem::is_directory(path, ec), path,
+                ": is a folder, expected a JSON file");
   std::ifstream in(path, std::ios::binary);
   TESSERA_CHECK(in, path, ": cannot open");
   std::ostringstream buf;
