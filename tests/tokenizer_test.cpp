@@ -221,6 +221,19 @@ TEST(Tokenizers, ArbitraryBytesDoNotCrash) {
   }
 }
 
+TEST(Tokenizers, ReportTruncatedTokenCount) {
+  REQUIRE_GOLDEN();
+  ClipTokenizer clip = ClipTokenizer::from_folder(test::fixture_path("tokenizers/clip"));
+  T5Tokenizer t5 = T5Tokenizer::from_folder(test::fixture_path("tokenizers/t5"));
+  std::string long_prompt;
+  for (int i = 0; i < 100; ++i) long_prompt += "cat ";
+  EXPECT_EQ(clip.encode(long_prompt).num_truncated, 100 - 75);
+  EXPECT_EQ(clip.encode("a cat").num_truncated, 0);
+  Encoding e = t5.encode(long_prompt, 77);
+  EXPECT_EQ(int64_t(t5.tokenize(long_prompt).size()) - 76, e.num_truncated);
+  EXPECT_EQ(e.ids.back(), t5.eos_id());
+}
+
 TEST(T5Tokenizer, TruncatedModelIsAnError) {
   REQUIRE_GOLDEN();
   fs::path dir = fs::temp_directory_path() / "tessera_t5_truncated";

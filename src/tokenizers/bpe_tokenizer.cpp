@@ -475,14 +475,17 @@ std::vector<int64_t> BpeTokenizer::tokenize(std::string_view text, bool add_spec
 Encoding BpeTokenizer::encode(std::string_view text, const EncodeOptions& o) const {
   std::vector<int64_t> ids = tokenize(text, false);
   int64_t n_special = o.add_special_tokens ? int64_t(post_.prefix.size() + post_.suffix.size()) : 0;
+  int64_t cut = 0;
   if (o.truncation && o.max_length > 0)
-    truncate_ids(ids, o.max_length, n_special, truncation_side_);
+    cut = truncate_ids(ids, o.max_length, n_special, truncation_side_);
   if (o.add_special_tokens) {
     ids.insert(ids.begin(), post_.prefix.begin(), post_.prefix.end());
     ids.insert(ids.end(), post_.suffix.begin(), post_.suffix.end());
   }
-  return pad_encoding(std::move(ids), o.max_length, pad_id_, padding_side_,
-                      o.pad_to_max_length && o.max_length > 0);
+  Encoding e = pad_encoding(std::move(ids), o.max_length, pad_id_, padding_side_,
+                            o.pad_to_max_length && o.max_length > 0);
+  e.num_truncated = cut;
+  return e;
 }
 
 std::string BpeTokenizer::flux2_chat_prompt(std::string_view prompt,

@@ -162,12 +162,16 @@ Encoding ClipTokenizer::encode(std::string_view text, EncodeOptions o) const {
   if (o.max_length == 0) o.max_length = max_length_;
   std::vector<int64_t> ids = tokenize(text);
   int64_t n_special = o.add_special_tokens ? 2 : 0;
-  if (o.truncation) truncate_ids(ids, o.max_length, n_special, Side::right);
+  int64_t cut = 0;
+  if (o.truncation) cut = truncate_ids(ids, o.max_length, n_special, Side::right);
   if (o.add_special_tokens) {
     ids.insert(ids.begin(), bos_id_);
     ids.push_back(eos_id_);
   }
-  return pad_encoding(std::move(ids), o.max_length, pad_id_, Side::right, o.pad_to_max_length);
+  Encoding e =
+      pad_encoding(std::move(ids), o.max_length, pad_id_, Side::right, o.pad_to_max_length);
+  e.num_truncated = cut;
+  return e;
 }
 
 }  // namespace tessera::tokenizers

@@ -95,13 +95,15 @@ std::vector<Segment> split_added_tokens(std::string_view text,
   return out;
 }
 
-void truncate_ids(std::vector<int64_t>& ids, int64_t max_length, int64_t n_special, Side side) {
+int64_t truncate_ids(std::vector<int64_t>& ids, int64_t max_length, int64_t n_special, Side side) {
   int64_t keep = std::max<int64_t>(0, max_length - n_special);
-  if (int64_t(ids.size()) <= keep) return;
+  int64_t cut = int64_t(ids.size()) - keep;
+  if (cut <= 0) return 0;
   if (side == Side::right)
     ids.resize(keep);
   else
     ids.erase(ids.begin(), ids.end() - keep);
+  return cut;
 }
 
 Encoding pad_encoding(std::vector<int64_t> ids, int64_t max_length, int64_t pad_id, Side side,

@@ -14,6 +14,7 @@ namespace tessera::tokenizers {
 struct Encoding {
   std::vector<int64_t> ids;
   std::vector<int64_t> attention_mask;  // 1 for tokens, 0 for padding
+  int64_t num_truncated = 0;  // tokens cut by truncation (pipelines warn as diffusers does)
 };
 
 enum class Side { left, right };
@@ -44,8 +45,9 @@ struct Segment {
 std::vector<Segment> split_added_tokens(std::string_view text,
                                         const std::vector<AddedToken>& tokens);
 
-// Cuts `ids` so that ids + n_special fit in max_length (truncation side `side`).
-void truncate_ids(std::vector<int64_t>& ids, int64_t max_length, int64_t n_special, Side side);
+// Cuts `ids` so that ids + n_special fit in max_length (truncation side `side`); returns how
+// many were cut.
+int64_t truncate_ids(std::vector<int64_t>& ids, int64_t max_length, int64_t n_special, Side side);
 // Builds the mask and pads ids/mask to max_length with pad_id on `side`.
 Encoding pad_encoding(std::vector<int64_t> ids, int64_t max_length, int64_t pad_id, Side side,
                       bool pad);

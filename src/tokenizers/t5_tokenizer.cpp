@@ -255,10 +255,14 @@ std::vector<int64_t> T5Tokenizer::tokenize(std::string_view text) const {
 Encoding T5Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {
   std::vector<int64_t> ids = tokenize(text);
   int64_t n_special = o.add_special_tokens ? 1 : 0;
-  if (o.truncation && o.max_length > 0) truncate_ids(ids, o.max_length, n_special, Side::right);
+  int64_t cut = 0;
+  if (o.truncation && o.max_length > 0)
+    cut = truncate_ids(ids, o.max_length, n_special, Side::right);
   if (o.add_special_tokens) ids.push_back(eos_id_);
-  return pad_encoding(std::move(ids), o.max_length, pad_id_, Side::right,
-                      o.pad_to_max_length && o.max_length > 0);
+  Encoding e = pad_encoding(std::move(ids), o.max_length, pad_id_, Side::right,
+                            o.pad_to_max_length && o.max_length > 0);
+  e.num_truncated = cut;
+  return e;
 }
 
 Encoding T5Tokenizer::encode(std::string_view text, int64_t max_length) const {
