@@ -25,13 +25,20 @@ def run_tessera(bench: str, threads: int) -> dict:
     times = {}
     for b in json.loads(out)["benchmarks"]:
         dtype = b["name"].split("/")[1]
-        times[dtype] = b["real_time"] / 1e3 if b["time_unit"] == "ms" else b["real_time"]
+        wall = b["real_time"] / 1e3 if b["time_unit"] == "ms" else b["real_time"]
+        times[dtype] = (wall, b["cpu_s_per_call"])
     return times
 
 
 def run_torch(threads: int, reps: int) -> dict:
+    import resource
+
     import torch
     import torch.nn.functional as F
+
+    def cpu_seconds():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
 
     torch.set_num_threads(threads)
     times = {}
@@ -40,11 +47,12 @@ def run_torch(threads: int, reps: int) -> dict:
         q, k, v = (torch.randn(1, H, L, D, generator=g).to(dtype) for _ in range(3))
         F.scaled_dot_product_attention(q, k, v)  # warm-up
         best = float("inf")
+        cpu0 = cpu_seconds()
         for _ in range(reps):
             t0 = time.perf_counter()
             F.scaled_dot_product_attention(q, k, v)
             best = min(best, time.perf_counter() - t0)
-        times[name] = best
+        times[name] = (best, (cpu_seconds() - cpu0) / reps)
     return times
 
 
@@ -62,12 +70,14 @@ def main() -> int:
     ours = run_tessera(args.bench, args.threads)
     theirs = run_torch(args.threads, args.reps)
     print(f"SDPA (1, {H}, {L}, {D}), {args.threads} threads; load average {os.getloadavg()[0]:.2f}")
+    print("wall: tessera mean of its iterations, torch best of --reps; cpu: process CPU seconds"
+          " per call, all threads")
     print(f"{'dtype':6} {'tessera ms':>11} {'GFLOP/s':>8} {'torch ms':>9} {'GFLOP/s':>8} "
-          f"{'speedup':>8}")
+          f"{'speedup':>8} {'tessera cpu s':>14} {'torch cpu s':>12} {'cpu ratio':>10}")
     for name in ("bf16", "f32"):
-        a, b = ours[name], theirs[name]
+        (a, ac), (b, bc) = ours[name], theirs[name]
         print(f"{name:6} {a * 1e3:11.1f} {FLOPS / a / 1e9:8.0f} {b * 1e3:9.1f} "
-              f"{FLOPS / b / 1e9:8.0f} {b / a:7.2f}x")
+              f"{FLOPS / b / 1e9:8.0f} {b / a:7.2f}x {ac:14.3f} {bc:12.3f} {bc / ac:9.2f}x")
     return 0
 
 
