@@ -97,6 +97,7 @@ ClipTokenizer ClipTokenizer::from_folder(const std::filesystem::path& dir) {
   TESSERA_CHECK(vj.is_object(), "[clip_tokenizer] ", vocab_path.string(),
                 " is not an object token -> id");
   std::unordered_map<std::string, int64_t> vocab;
+  vocab.reserve(vj.size());
   for (auto& [tok, id] : vj.items()) {
     TESSERA_CHECK(id.is_number_integer(), "[clip_tokenizer] ", vocab_path.string(), ": token '",
                   tok, "' has a non-integer id");
@@ -125,18 +126,20 @@ ClipTokenizer ClipTokenizer::from_folder(const std::filesystem::path& dir) {
   };
   int64_t bos_id = id_of(bos, "bos_token"), eos_id = id_of(eos, "eos_token");
   int64_t unk_id = id_of(unk, "unk_token"), pad_id = id_of(pad, "pad_token");
-  ClipTokenizer tok(BpeModel(vocab, read_merges(dir / "merges.txt"), "</w>", unk_id, false));
+  std::vector<AddedToken> added;  // transformers registers bos/eos/unk/pad as raw-text specials
+  for (const std::string& s : {bos, eos, unk, pad}) {
+    bool dup = false;
+    for (const AddedToken& t : added) dup |= t.content == s;
+    if (!dup) added.push_back(AddedToken{s, vocab.at(s)});
+  }
+  ClipTokenizer tok(
+      BpeModel(std::move(vocab), read_merges(dir / "merges.txt"), "</w>", unk_id, false));
+  tok.added_ = std::move(added);
   tok.bos_id_ = bos_id;
   tok.eos_id_ = eos_id;
   tok.pad_id_ = pad_id;
   if (cfg.contains("model_max_length") && cfg["model_max_length"].is_number_integer())
     tok.max_length_ = cfg["model_max_length"].get<int64_t>();
-  // transformers registers bos/eos/unk/pad as raw-text special tokens.
-  for (const std::string& s : {bos, eos, unk, pad}) {
-    bool dup = false;
-    for (const AddedToken& t : tok.added_) dup |= t.content == s;
-    if (!dup) tok.added_.push_back(AddedToken{s, vocab.at(s)});
-  }
   return tok;
 }
 
