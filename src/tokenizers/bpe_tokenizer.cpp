@@ -482,6 +482,10 @@ Encoding BpeTokenizer::encode(std::string_view text, const EncodeOptions& o) con
     ids.insert(ids.begin(), post_.prefix.begin(), post_.prefix.end());
     ids.insert(ids.end(), post_.suffix.begin(), post_.suffix.end());
   }
+  bool pad = o.pad_to_max_length && o.max_length > 0 && int64_t(ids.size()) < o.max_length;
+  TESSERA_CHECK(!pad || pad_id_ >= 0,
+                "[bpe] padding to max_length needs a pad token, expected pad_token in "
+                "tokenizer_config.json");
   Encoding e = pad_encoding(std::move(ids), o.max_length, pad_id_, padding_side_,
                             o.pad_to_max_length && o.max_length > 0);
   e.num_truncated = cut;

@@ -82,7 +82,7 @@ class BpeTokenizer {
   Split split_ = Split::none;      // Split(pattern, Isolated) before ByteLevel
   bool byte_level_regex_ = false;  // ByteLevel(use_regex=true): GPT-2 pattern
   std::string bos_token_ = "<s>";
-  int64_t pad_id_ = 0;
+  int64_t pad_id_ = -1;  // none unless tokenizer_config.json names a pad_token
   Side padding_side_ = Side::right;
   Side truncation_side_ = Side::right;
 };
