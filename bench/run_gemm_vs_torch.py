@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """GEMM at FLUX shapes, tessera vs PyTorch, in one run on the same machine and threads.
 
-Runs bench/gemm_bench (Google Benchmark, JSON out) and torch.nn.functional.linear with the same
-dtype, thread count and weight layout ([N, K]), then prints a side-by-side table with the ratio
-tessera/torch. OpenBLAS sgemm (from the C++ bench) is listed for the library decision.
-Usage: /work/refvenv/bin/python bench/run_gemm_vs_torch.py [--bench build/bench/gemm_bench]
+For each dtype and shape it runs bench/gemm_bench (Google Benchmark, JSON) and then
+torch.nn.functional.linear with the same dtype, thread count and weight layout ([N, K]), back to
+back, and prints a side-by-side table with the ratio tessera/torch. Both sides time --reps calls
+after one warm-up call and report two rates: the best call by wall time, and FLOP per CPU-second
+of the whole process (all threads) x threads. On a shared, loaded machine wall time says more
+about the load than about the kernel; the CPU-time rate measures the kernel itself. OpenBLAS sgemm (from the C++ bench) is listed for the f32 library
+decision (docs/decisions/0002-gemm-library.md).
+Usage: /work/refvenv/bin/python bench/run_gemm_vs_torch.py [--bench BUILD/bench/gemm_bench]
        [--threads 2] [--reps 3]
 """
 import argparse
@@ -12,8 +16,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -30,41 +32,39 @@ def find_bench() -> pathlib.Path:
     sys.exit("gemm_bench not found; build it: ninja -C <build dir> gemm_bench")
 
 
-def run_cpp(bench: pathlib.Path, threads: int) -> dict:
+def run_cpp(bench: pathlib.Path, name: str, shape, threads: int, reps: int):
+    """(best wall, per-cpu) GFLOP/s of one C++ benchmark, e.g. name='BM_tessera_linear/bf16'."""
     env = dict(os.environ, TESSERA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads))
-    out = subprocess.run([str(bench), "--benchmark_format=json"], env=env, check=True,
-                         capture_output=True, text=True).stdout
-    results = {}
-    for b in json.loads(out)["benchmarks"]:
-        # e.g. "BM_tessera_linear/bf16/M:4608/K:3072/N:3072/iterations:3/real_time"
-        parts = b["name"].split("/")
-        kind = parts[0].removeprefix("BM_") + ("/" + parts[1] if ":" not in parts[1] else "")
-        dims = tuple(int(p.split(":")[1]) for p in parts if p[:2] in ("M:", "K:", "N:"))
-        results[(kind, dims)] = b["FLOP/s"] / 1e9
-    return results
+               OPENBLAS_NUM_THREADS=str(threads), GEMM_BENCH_ITERS=str(reps))
+    m, k, n = shape
+    filt = f"^{name}/M:{m}/K:{k}/N:{n}/"
+    out = subprocess.run([str(bench), "--benchmark_format=json", f"--benchmark_filter={filt}"],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    b = json.loads(out)["benchmarks"]
+    if len(b) != 1:
+        sys.exit(f"expected one benchmark for {filt}, got {len(b)}")
+    return b[0]["best_GFLOP/s"], b[0]["cpu_GFLOP/s"]
 
 
-def run_torch(threads: int, reps: int) -> dict:
+def run_torch(dtype_name: str, shape, reps: int, threads: int):
     import torch
     import torch.nn.functional as F
 
-    torch.set_num_threads(threads)
-    results = {}
-    for dtype_name, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
-        for m, k, n in SHAPES:
-            g = torch.Generator().manual_seed(0)
-            x = (torch.rand(m, k, generator=g) * 2 - 1).to(dtype)
-            w = (torch.rand(n, k, generator=g) * 2 - 1).to(dtype)
-            with torch.inference_mode():
-                F.linear(x, w)  # warm-up
-                times = []
-                for _ in range(reps):
-                    t = time.perf_counter()
-                    F.linear(x, w)
-                    times.append(time.perf_counter() - t)
-            results[(dtype_name, (m, k, n))] = 2.0 * m * k * n / statistics.median(times) / 1e9
-    return results
+    dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype_name]
+    m, k, n = shape
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(m, k, generator=g) * 2 - 1).to(dtype)
+    w = (torch.rand(n, k, generator=g) * 2 - 1).to(dtype)
+    with torch.inference_mode():
+        F.linear(x, w)  # warm-up
+        walls, cpus = [], []
+        for _ in range(reps):
+            c, t = time.process_time(), time.perf_counter()
+            F.linear(x, w)
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
+    flops = 2.0 * m * k * n
+    return flops / min(walls) / 1e9, flops / min(cpus) / 1e9 * threads
 
 
 def main() -> int:
@@ -75,26 +75,37 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    load = os.getloadavg()[0]
-    cpp = run_cpp(args.bench or find_bench(), args.threads)
-    tor = run_torch(args.threads, args.reps)
-    print(f"# GEMM y[M,N] = x[M,K] @ w[N,K]^T, {args.threads} threads, "
-          f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, torch {torch.__version__}, "
-          f"{platform.processor() or platform.machine()}, load avg at start {load:.2f}")
-    print("| dtype | M, K, N | tessera GFLOP/s | torch GFLOP/s | tessera/torch | OpenBLAS GFLOP/s |")
-    print("|---|---|---:|---:|---:|---:|")
-    worst = {}
+    torch.set_num_threads(args.threads)
+    bench = args.bench or find_bench()
+    start = datetime.datetime.now(datetime.timezone.utc)
+    loads = [os.getloadavg()[0]]
+    rows, worst = [], {}
     for dt in ("bf16", "f32"):
         for s in SHAPES:
-            t, p = cpp[("tessera_linear/" + dt, s)], tor[(dt, s)]
-            blas = f"{cpp[('openblas_sgemm', s)]:.0f}" if dt == "f32" else "n/a (no bf16)"
-            worst[dt] = min(worst.get(dt, 9e9), t / p)
-            print(f"| {dt} | {s[0]}, {s[1]}, {s[2]} | {t:.0f} | {p:.0f} | {t / p:.2f}x | {blas} |")
-    rep = cpp.get(("tessera_linear/bf16_repack_each_call", SHAPES[0]))
-    if rep:
-        print(f"\nbf16 {SHAPES[0]} with the weight repacked on every call (no cache): {rep:.0f} "
-              f"GFLOP/s vs {cpp[('tessera_linear/bf16', SHAPES[0])]:.0f} cached")
-    print(f"\nworst ratio: bf16 {worst['bf16']:.2f}x, f32 {worst['f32']:.2f}x")
+            t_best, t_cpu = run_cpp(bench, f"BM_tessera_linear/{dt}", s, args.threads, args.reps)
+            p_best, p_cpu = run_torch(dt, s, args.reps, args.threads)
+            blas = "n/a (no bf16)"
+            if dt == "f32":
+                b_best, b_cpu = run_cpp(bench, "BM_openblas_sgemm", s, args.threads, args.reps)
+                blas = f"{b_best:.0f} / {b_cpu:.0f}"
+            loads.append(os.getloadavg()[0])
+            worst[dt] = min(worst.get(dt, 1e9), t_best / p_best)
+            worst[dt + " cpu"] = min(worst.get(dt + " cpu", 1e9), t_cpu / p_cpu)
+            rows.append(f"| {dt} | {s[0]}, {s[1]}, {s[2]} | {t_best:.0f} | {p_best:.0f} | "
+                        f"**{t_best / p_best:.2f}x** | {t_cpu:.0f} | {p_cpu:.0f} | "
+                        f"**{t_cpu / p_cpu:.2f}x** | {blas} |")
+    rep_best, rep_cpu = run_cpp(bench, "BM_tessera_linear/bf16_repack_each_call", SHAPES[0],
+                          args.threads, args.reps)
+    print(f"GEMM y[M,N] = x[M,K] @ w[N,K]^T, {args.threads} threads, best of {args.reps} calls, "
+          f"GFLOP/s; {start:%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; "
+          f"load average {min(loads):.1f}-{max(loads):.1f}\n")
+    print("| dtype | M, K, N | tessera wall | torch wall | ratio wall | tessera per-CPU | "
+          "torch per-CPU | ratio per-CPU | OpenBLAS sgemm wall / per-CPU |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print(f"\nbf16 {SHAPES[0]} with the weight repacked on every call (cache off): "
+          f"{rep_best:.0f} wall / {rep_cpu:.0f} per-CPU GFLOP/s")
+    print("worst ratio tessera/torch: " + ", ".join(f"{k} {v:.2f}x" for k, v in worst.items()))
     return 0
 
 
