@@ -1,11 +1,12 @@
 // Elementwise ops against PyTorch goldens (reference/goldens/ops_elementwise.py), the per-ISA
 // row kernels against each other, and shape/dtype errors.
+#include "ops/elementwise.h"
+
 #include <cmath>
 #include <random>
 
 #include "backends/cpu/elementwise_kernels.h"
 #include "ops/copy.h"
-#include "ops/elementwise.h"
 #include "runtime/error.h"
 #include "test_util.h"
 
@@ -32,9 +33,9 @@ const char* kUnary = "ops/elementwise/unary.safetensors";
     if (!ok && bad++ == 0) first = i;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << av.size() << " beyond 1 ulp / 1e-2 / "
-                                       << atol << "; first at " << first << ": " << av[first]
-                                       << " vs expected " << ev[first];
+  return ::testing::AssertionFailure()
+         << bad << " of " << av.size() << " beyond 1 ulp / 1e-2 / " << atol << "; first at "
+         << first << ": " << av[first] << " vs expected " << ev[first];
 }
 
 // f32: rtol 1e-5 with a tiny atol for values near 0; bf16: one bf16 ulp or 1e-2 relative.
@@ -43,7 +44,8 @@ const char* kUnary = "ops/elementwise/unary.safetensors";
   if (a.dtype() != e.dtype())
     return ::testing::AssertionFailure()
            << "dtype " << dtype_name(a.dtype()) << " != expected " << dtype_name(e.dtype());
-  if (e.dtype() == DType::bf16) return bf16_atol > 0 ? bf16_near(a, e, bf16_atol) : bf16_close(a, e);
+  if (e.dtype() == DType::bf16)
+    return bf16_atol > 0 ? bf16_near(a, e, bf16_atol) : bf16_close(a, e);
   return all_close(a, e, 1e-5, atol);
 }
 
@@ -51,8 +53,8 @@ TEST(Elementwise, BinaryBroadcastMatchesTorch) {
   if (!test::has_fixture(kBinary)) GTEST_SKIP() << "missing fixture " << kBinary;
   auto f = test::load_fixture(kBinary);
   const std::pair<const char*, BinaryOp> ops[] = {
-      {"add", BinaryOp::add},         {"sub", BinaryOp::sub},         {"mul", BinaryOp::mul},
-      {"div", BinaryOp::div},         {"maximum", BinaryOp::maximum}, {"minimum", BinaryOp::minimum}};
+      {"add", BinaryOp::add}, {"sub", BinaryOp::sub},         {"mul", BinaryOp::mul},
+      {"div", BinaryOp::div}, {"maximum", BinaryOp::maximum}, {"minimum", BinaryOp::minimum}};
   for (const char* dn : {"f32", "bf16"}) {
     const Tensor a = f.at(std::string("a_") + dn);
     for (const char* cn : {"same", "row", "col", "mid", "lead"}) {
@@ -128,15 +130,22 @@ TEST(Elementwise, IntegerArithmetic) {
 TEST(Elementwise, UnaryMatchesTorch) {
   if (!test::has_fixture(kUnary)) GTEST_SKIP() << "missing fixture " << kUnary;
   auto f = test::load_fixture(kUnary);
-  const std::pair<const char*, UnaryOp> ops[] = {
-      {"neg", UnaryOp::neg},         {"abs", UnaryOp::abs},
-      {"exp", UnaryOp::exp},         {"log", UnaryOp::log},
-      {"sqrt", UnaryOp::sqrt},       {"rsqrt", UnaryOp::rsqrt},
-      {"tanh", UnaryOp::tanh},       {"sigmoid", UnaryOp::sigmoid},
-      {"sin", UnaryOp::sin},         {"cos", UnaryOp::cos},
-      {"square", UnaryOp::square},   {"silu", UnaryOp::silu},
-      {"gelu", UnaryOp::gelu},       {"gelu_tanh", UnaryOp::gelu_tanh},
-      {"quick_gelu", UnaryOp::quick_gelu}, {"relu", UnaryOp::relu}};
+  const std::pair<const char*, UnaryOp> ops[] = {{"neg", UnaryOp::neg},
+                                                 {"abs", UnaryOp::abs},
+                                                 {"exp", UnaryOp::exp},
+                                                 {"log", UnaryOp::log},
+                                                 {"sqrt", UnaryOp::sqrt},
+                                                 {"rsqrt", UnaryOp::rsqrt},
+                                                 {"tanh", UnaryOp::tanh},
+                                                 {"sigmoid", UnaryOp::sigmoid},
+                                                 {"sin", UnaryOp::sin},
+                                                 {"cos", UnaryOp::cos},
+                                                 {"square", UnaryOp::square},
+                                                 {"silu", UnaryOp::silu},
+                                                 {"gelu", UnaryOp::gelu},
+                                                 {"gelu_tanh", UnaryOp::gelu_tanh},
+                                                 {"quick_gelu", UnaryOp::quick_gelu},
+                                                 {"relu", UnaryOp::relu}};
   for (const std::string dn : {"f32", "bf16"}) {
     for (const auto& [name, op] : ops) {
       const std::string n = name;
@@ -147,11 +156,11 @@ TEST(Elementwise, UnaryMatchesTorch) {
     }
     for (const std::string n : {"silu", "gelu", "gelu_tanh", "exp", "sigmoid"}) {
       const Tensor x = astype(f.at("big_x"), dn == "f32" ? DType::f32 : DType::bf16);
-      const UnaryOp op = n == "silu"      ? UnaryOp::silu
-                         : n == "gelu"    ? UnaryOp::gelu
+      const UnaryOp op = n == "silu"        ? UnaryOp::silu
+                         : n == "gelu"      ? UnaryOp::gelu
                          : n == "gelu_tanh" ? UnaryOp::gelu_tanh
-                         : n == "exp"     ? UnaryOp::exp
-                                          : UnaryOp::sigmoid;
+                         : n == "exp"       ? UnaryOp::exp
+                                            : UnaryOp::sigmoid;
       const double gelu_atol = n.rfind("gelu", 0) == 0 ? 1e-6 : 0;
       EXPECT_TRUE(matches(unary(op, x), f.at("big_" + n + "_" + dn), 1e-6, gelu_atol))
           << "big " << n << " " << dn;

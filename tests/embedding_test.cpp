@@ -1,6 +1,7 @@
 // Embedding lookup and diffusers' get_timestep_embedding against goldens.
-#include "ops/copy.h"
 #include "ops/embedding.h"
+
+#include "ops/copy.h"
 #include "runtime/error.h"
 #include "test_util.h"
 
@@ -41,10 +42,9 @@ TEST(Embedding, TimestepEmbeddingMatchesDiffusers) {
   // a few indices (13, 44, 119 of 128); t = 1000 turns that into ~6e-5 on sin/cos arguments.
   // Values lie in [-1, 1], so an absolute 1e-4.
   EXPECT_TRUE(test::all_close(timestep_embedding(t, 256, true, 0), f.at("flux"), 1e-5, 1e-4));
-  EXPECT_TRUE(
-      test::all_close(timestep_embedding(t, 320, false, 1), f.at("sd_shift1"), 1e-5, 1e-4));
-  EXPECT_TRUE(test::all_close(timestep_embedding(t, 33, true, 0.5, 2.0, 5000),
-                              f.at("odd_scaled"), 1e-5, 1e-4));
+  EXPECT_TRUE(test::all_close(timestep_embedding(t, 320, false, 1), f.at("sd_shift1"), 1e-5, 1e-4));
+  EXPECT_TRUE(test::all_close(timestep_embedding(t, 33, true, 0.5, 2.0, 5000), f.at("odd_scaled"),
+                              1e-5, 1e-4));
   // The t = 0 and t = 1 rows carry no amplification and hold to 1e-6.
   const Tensor small = timestep_embedding(t.slice(0, 0, 2), 256, true, 0);
   EXPECT_TRUE(test::all_close(small, f.at("flux").slice(0, 0, 2), 1e-5, 1e-6));

@@ -1,9 +1,10 @@
 // Layer, RMS and group norm against PyTorch/diffusers/transformers goldens
 // (reference/goldens/ops_elementwise.py), including the bf16 cast orders.
+#include "ops/norm.h"
+
 #include <cmath>
 
 #include "ops/copy.h"
-#include "ops/norm.h"
 #include "runtime/error.h"
 #include "test_util.h"
 
@@ -39,8 +40,7 @@ TEST(Norm, RmsNormCastOrdersMatchReference) {
     const Tensor x = f.at("x_" + dn), w = f.at("w_" + dn);
     EXPECT_TRUE(matches(rms_norm(x, w, 1e-6), f.at("rms_" + dn))) << dn;
     EXPECT_TRUE(matches(rms_norm(x, Tensor(), 1e-6), f.at("rms_noweight_" + dn))) << dn;
-    EXPECT_TRUE(matches(rms_norm(x, w, 1e-5, RmsNormStyle::llama), f.at("rms_llama_" + dn)))
-        << dn;
+    EXPECT_TRUE(matches(rms_norm(x, w, 1e-5, RmsNormStyle::llama), f.at("rms_llama_" + dn))) << dn;
   }
   // diffusers/T5: f32 activations with bf16 weights give bf16; bf16 with f32 weights give f32.
   const Tensor x32 = f.at("x_f32"), x16 = f.at("x_bf16");
@@ -57,8 +57,7 @@ TEST(Norm, GroupNormMatchesTorch) {
     const Tensor x = f.at("gx_" + dn), w = f.at("gw_" + dn), b = f.at("gb_" + dn);
     EXPECT_TRUE(matches(group_norm(x, 32, w, b, 1e-6), f.at("gn32_" + dn))) << dn;
     EXPECT_TRUE(matches(group_norm(x, 8, w, b, 1e-5), f.at("gn8_" + dn))) << dn;
-    EXPECT_TRUE(matches(group_norm(x, 8, Tensor(), Tensor(), 1e-5), f.at("gn8_plain_" + dn)))
-        << dn;
+    EXPECT_TRUE(matches(group_norm(x, 8, Tensor(), Tensor(), 1e-5), f.at("gn8_plain_" + dn))) << dn;
   }
 }
 

@@ -1,7 +1,8 @@
 // Reductions against PyTorch goldens (reference/goldens/ops_elementwise.py).
+#include "ops/reduce.h"
+
 #include <cmath>
 
-#include "ops/reduce.h"
 #include "runtime/error.h"
 #include "test_util.h"
 

@@ -1,6 +1,7 @@
 // Nearest 2x upsample against F.interpolate(scale_factor=2, mode="nearest").
-#include "ops/copy.h"
 #include "ops/resample.h"
+
+#include "ops/copy.h"
 #include "runtime/error.h"
 #include "test_util.h"
 

@@ -1,6 +1,7 @@
 // concat / split / chunk / pad against torch semantics (pad vs F.pad goldens).
-#include "ops/copy.h"
 #include "ops/shape_ops.h"
+
+#include "ops/copy.h"
 #include "runtime/error.h"
 #include "test_util.h"
 

@@ -10,8 +10,22 @@ namespace tessera {
 
 enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, pow };
 enum class UnaryOp : uint8_t {
-  neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, sin, cos, square,
-  silu, gelu, gelu_tanh, quick_gelu, relu
+  neg,
+  abs,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  tanh,
+  sigmoid,
+  sin,
+  cos,
+  square,
+  silu,
+  gelu,
+  gelu_tanh,
+  quick_gelu,
+  relu
 };
 const char* binary_op_name(BinaryOp op);
 const char* unary_op_name(UnaryOp op);
@@ -113,55 +127,141 @@ Tensor binary(BinaryOp op, const Tensor& a, double s);
 Tensor binary(BinaryOp op, double s, const Tensor& a);
 Tensor unary(UnaryOp op, const Tensor& x);
 
-inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
-inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
-inline Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
-inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
-inline Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
-inline Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
-inline Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::pow, a, b); }
-inline Tensor add(const Tensor& a, double s) { return binary(BinaryOp::add, a, s); }
-inline Tensor sub(const Tensor& a, double s) { return binary(BinaryOp::sub, a, s); }
-inline Tensor sub(double s, const Tensor& a) { return binary(BinaryOp::sub, s, a); }
-inline Tensor mul(const Tensor& a, double s) { return binary(BinaryOp::mul, a, s); }
-inline Tensor div(const Tensor& a, double s) { return binary(BinaryOp::div, a, s); }
-inline Tensor div(double s, const Tensor& a) { return binary(BinaryOp::div, s, a); }
-inline Tensor pow(const Tensor& a, double s) { return binary(BinaryOp::pow, a, s); }
-inline Tensor maximum(const Tensor& a, double s) { return binary(BinaryOp::maximum, a, s); }
-inline Tensor minimum(const Tensor& a, double s) { return binary(BinaryOp::minimum, a, s); }
+inline Tensor add(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::add, a, b);
+}
+inline Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::sub, a, b);
+}
+inline Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::mul, a, b);
+}
+inline Tensor div(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::div, a, b);
+}
+inline Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::maximum, a, b);
+}
+inline Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::minimum, a, b);
+}
+inline Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary(BinaryOp::pow, a, b);
+}
+inline Tensor add(const Tensor& a, double s) {
+  return binary(BinaryOp::add, a, s);
+}
+inline Tensor sub(const Tensor& a, double s) {
+  return binary(BinaryOp::sub, a, s);
+}
+inline Tensor sub(double s, const Tensor& a) {
+  return binary(BinaryOp::sub, s, a);
+}
+inline Tensor mul(const Tensor& a, double s) {
+  return binary(BinaryOp::mul, a, s);
+}
+inline Tensor div(const Tensor& a, double s) {
+  return binary(BinaryOp::div, a, s);
+}
+inline Tensor div(double s, const Tensor& a) {
+  return binary(BinaryOp::div, s, a);
+}
+inline Tensor pow(const Tensor& a, double s) {
+  return binary(BinaryOp::pow, a, s);
+}
+inline Tensor maximum(const Tensor& a, double s) {
+  return binary(BinaryOp::maximum, a, s);
+}
+inline Tensor minimum(const Tensor& a, double s) {
+  return binary(BinaryOp::minimum, a, s);
+}
 
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, double s) { return add(a, s); }
-inline Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
-inline Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
-inline Tensor operator/(const Tensor& a, double s) { return div(a, s); }
-inline Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-inline Tensor operator-(double s, const Tensor& a) { return sub(s, a); }
-inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-inline Tensor operator/(double s, const Tensor& a) { return div(s, a); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator+(const Tensor& a, double s) {
+  return add(a, s);
+}
+inline Tensor operator-(const Tensor& a, double s) {
+  return sub(a, s);
+}
+inline Tensor operator*(const Tensor& a, double s) {
+  return mul(a, s);
+}
+inline Tensor operator/(const Tensor& a, double s) {
+  return div(a, s);
+}
+inline Tensor operator+(double s, const Tensor& a) {
+  return add(a, s);
+}
+inline Tensor operator-(double s, const Tensor& a) {
+  return sub(s, a);
+}
+inline Tensor operator*(double s, const Tensor& a) {
+  return mul(a, s);
+}
+inline Tensor operator/(double s, const Tensor& a) {
+  return div(s, a);
+}
 
-inline Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x); }
-inline Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
-inline Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
-inline Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
-inline Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x); }
-inline Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
-inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
-inline Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x); }
-inline Tensor sin(const Tensor& x) { return unary(UnaryOp::sin, x); }
-inline Tensor cos(const Tensor& x) { return unary(UnaryOp::cos, x); }
-inline Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
-inline Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
+inline Tensor neg(const Tensor& x) {
+  return unary(UnaryOp::neg, x);
+}
+inline Tensor abs(const Tensor& x) {
+  return unary(UnaryOp::abs, x);
+}
+inline Tensor exp(const Tensor& x) {
+  return unary(UnaryOp::exp, x);
+}
+inline Tensor log(const Tensor& x) {
+  return unary(UnaryOp::log, x);
+}
+inline Tensor sqrt(const Tensor& x) {
+  return unary(UnaryOp::sqrt, x);
+}
+inline Tensor rsqrt(const Tensor& x) {
+  return unary(UnaryOp::rsqrt, x);
+}
+inline Tensor tanh(const Tensor& x) {
+  return unary(UnaryOp::tanh, x);
+}
+inline Tensor sigmoid(const Tensor& x) {
+  return unary(UnaryOp::sigmoid, x);
+}
+inline Tensor sin(const Tensor& x) {
+  return unary(UnaryOp::sin, x);
+}
+inline Tensor cos(const Tensor& x) {
+  return unary(UnaryOp::cos, x);
+}
+inline Tensor square(const Tensor& x) {
+  return unary(UnaryOp::square, x);
+}
+inline Tensor silu(const Tensor& x) {
+  return unary(UnaryOp::silu, x);
+}
 // approximate=true is F.gelu(x, approximate="tanh").
 inline Tensor gelu(const Tensor& x, bool approximate = false) {
   return unary(approximate ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
 }
-inline Tensor quick_gelu(const Tensor& x) { return unary(UnaryOp::quick_gelu, x); }
-inline Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x); }
-inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor quick_gelu(const Tensor& x) {
+  return unary(UnaryOp::quick_gelu, x);
+}
+inline Tensor relu(const Tensor& x) {
+  return unary(UnaryOp::relu, x);
+}
+inline Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
 
 // Gated units over the last dim (see Glu). act is silu, gelu or gelu_tanh.
 Tensor glu(const Tensor& x, UnaryOp act, bool gate_first);

@@ -16,7 +16,10 @@ class TimestepEmbedding final : public Primitive {
  public:
   TimestepEmbedding(int64_t dim, bool flip_sin_to_cos, double downscale_freq_shift, double scale,
                     double max_period)
-      : dim_(dim), flip_(flip_sin_to_cos), shift_(downscale_freq_shift), scale_(scale),
+      : dim_(dim),
+        flip_(flip_sin_to_cos),
+        shift_(downscale_freq_shift),
+        scale_(scale),
         max_period_(max_period) {}
   const char* name() const override { return "timestep_embedding"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;

@@ -39,8 +39,7 @@ bool GroupNorm::equal_attributes(const Primitive& o) const {
 
 namespace {
 
-void check_param(const char* op, const char* what, const Tensor& p, int64_t size,
-                 const Tensor& x) {
+void check_param(const char* op, const char* what, const Tensor& p, int64_t size, const Tensor& x) {
   if (!p.defined()) return;
   TESSERA_CHECK(is_floating(p.dtype()), "[", op, "] ", what, " is ", p.describe(),
                 ", expected a float tensor");
@@ -56,7 +55,9 @@ void check_input(const char* op, const Tensor& x, int64_t min_dims) {
                 ", expected at least ", min_dims, " dims");
 }
 
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+bool is_half(DType t) {
+  return t == DType::bf16 || t == DType::f16;
+}
 
 }  // namespace
 
@@ -84,8 +85,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps, RmsNormStyle 
   }
   std::vector<Tensor> in{x};
   if (weight.defined()) in.push_back(weight);
-  return dispatch1(std::make_shared<RmsNorm>(eps, style, weight.defined()), in,
-                   {x.shape(), out});
+  return dispatch1(std::make_shared<RmsNorm>(eps, style, weight.defined()), in, {x.shape(), out});
 }
 
 Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias,
@@ -100,9 +100,8 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const T
   std::vector<Tensor> in{x};
   if (weight.defined()) in.push_back(weight);
   if (bias.defined()) in.push_back(bias);
-  return dispatch1(
-      std::make_shared<GroupNorm>(groups, eps, weight.defined(), bias.defined()), in,
-      {x.shape(), x.dtype()});
+  return dispatch1(std::make_shared<GroupNorm>(groups, eps, weight.defined(), bias.defined()), in,
+                   {x.shape(), x.dtype()});
 }
 
 }  // namespace tessera

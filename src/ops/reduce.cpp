@@ -6,11 +6,16 @@ namespace tessera {
 
 const char* Reduce::name() const {
   switch (op_) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::mean: return "mean";
-    case ReduceOp::var: return "var";
-    case ReduceOp::max: return "max";
-    case ReduceOp::argmax: return "argmax";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::mean:
+      return "mean";
+    case ReduceOp::var:
+      return "var";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::argmax:
+      return "argmax";
   }
   return "reduce";
 }
@@ -40,9 +45,9 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& x, int64_t dim, bool 
                 "[", name, "] unsupported input ", x.describe(), ", expected a float tensor",
                 (op == ReduceOp::sum || op == ReduceOp::max) ? " or an integer one" : "");
   const int64_t d = normalize_dim(dim, x.ndim(), name);
-  TESSERA_CHECK(x.shape()[d] > 0 || op == ReduceOp::sum || op == ReduceOp::mean ||
-                    op == ReduceOp::var,
-                "[", name, "] cannot reduce an empty dim ", d, " of ", shape_str(x.shape()));
+  TESSERA_CHECK(
+      x.shape()[d] > 0 || op == ReduceOp::sum || op == ReduceOp::mean || op == ReduceOp::var, "[",
+      name, "] cannot reduce an empty dim ", d, " of ", shape_str(x.shape()));
   Shape out = x.shape();
   if (keepdim)
     out[d] = 1;

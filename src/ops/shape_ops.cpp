@@ -30,8 +30,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
     TESSERA_CHECK(t.defined(), "[concat] tensor ", i, " is undefined");
     bool ok = t.ndim() == first.ndim();
     for (int64_t k = 0; ok && k < t.ndim(); ++k) ok = k == d || t.shape()[k] == first.shape()[k];
-    TESSERA_CHECK(ok, "[concat] tensor ", i, " has shape ", shape_str(t.shape()),
-                  ", expected ", shape_str(first.shape()), " except along dim ", d);
+    TESSERA_CHECK(ok, "[concat] tensor ", i, " has shape ", shape_str(t.shape()), ", expected ",
+                  shape_str(first.shape()), " except along dim ", d);
     out[d] += t.shape()[d];
     dt = promote_dtypes(dt, t.dtype());
   }
@@ -60,7 +60,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
   const int64_t d = normalize_dim(dim, x.ndim(), "split");
   TESSERA_CHECK(size > 0, "[split] size ", size, ", expected > 0");
   std::vector<int64_t> sizes;
-  for (int64_t s = 0; s < x.shape()[d]; s += size) sizes.push_back(std::min(size, x.shape()[d] - s));
+  for (int64_t s = 0; s < x.shape()[d]; s += size)
+    sizes.push_back(std::min(size, x.shape()[d] - s));
   if (sizes.empty()) sizes.push_back(0);
   return split(x, sizes, d);
 }
@@ -75,8 +76,8 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   TESSERA_CHECK(x.defined(), "[pad] got an undefined input");
-  TESSERA_CHECK(pads.size() % 2 == 0 && int64_t(pads.size()) <= 2 * x.ndim(), "[pad] ",
-                pads.size(), " pad values for input ", shape_str(x.shape()),
+  TESSERA_CHECK(pads.size() % 2 == 0 && int64_t(pads.size()) <= 2 * x.ndim(), "[pad] ", pads.size(),
+                " pad values for input ", shape_str(x.shape()),
                 ", expected an even count of at most 2 * ndim");
   Shape out = x.shape();
   for (size_t i = 0; i < pads.size() / 2; ++i) {

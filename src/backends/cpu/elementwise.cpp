@@ -184,6 +184,15 @@ void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, double scalar, Te
     return;
   }
   const EwKernels& k = ew_kernels();
+  if (a.defined() && b.defined() && a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
+      o.dtype() == DType::bf16) {
+    for_each_chunk(R.rows, R.inner, [&](int64_t r, int64_t c0, int64_t c1) {
+      k.binary_bf16(op, a.data<uint16_t>() + R.offset(ka, r) + c0 * sa, sa,
+                    b.data<uint16_t>() + R.offset(kb, r) + c0 * sb, sb,
+                    o.data<uint16_t>() + R.offset(0, r) + c0, c1 - c0);
+    });
+    return;
+  }
   const float s = float(scalar);
   for_each_chunk(R.rows, R.inner, [&](int64_t r, int64_t c0, int64_t c1) {
     const int64_t n = c1 - c0;
@@ -311,6 +320,12 @@ void Unary::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   }
   const EwKernels& k = ew_kernels();
   const bool bf16_steps = o.dtype() == DType::bf16;
+  if (x.dtype() == DType::bf16 && o.dtype() == DType::bf16) {
+    for_each_chunk(1, total, [&](int64_t, int64_t c0, int64_t c1) {
+      k.unary_bf16(op_, x.data<uint16_t>() + c0, o.data<uint16_t>() + c0, c1 - c0, true);
+    });
+    return;
+  }
   for_each_chunk(1, total, [&](int64_t, int64_t c0, int64_t c1) {
     const int64_t n = c1 - c0;
     float bx[kEwChunk], bo[kEwChunk];

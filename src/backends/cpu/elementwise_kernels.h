@@ -24,10 +24,15 @@ struct EwKernels {
   float (*sum_sq_dev)(const float* x, float mean, int64_t n);  // sum (x - mean)^2
   // o[i] = x[i] * a + b
   void (*scale_shift)(const float* x, float a, float b, float* o, int64_t n);
+  // The same binary/unary ops on bf16 rows (all operands bf16), widened in registers and
+  // rounded once on store: one pass instead of convert / compute / convert.
+  void (*binary_bf16)(BinaryOp op, const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb,
+                      uint16_t* o, int64_t n);
+  void (*unary_bf16)(UnaryOp op, const uint16_t* x, uint16_t* o, int64_t n, bool bf16_steps);
 };
 
-const EwKernels& ew_kernels();                  // best for cpu_isa()
-const EwKernels& ew_kernels_for(CpuIsa isa);    // a given path (capped to what is built)
+const EwKernels& ew_kernels();                // best for cpu_isa()
+const EwKernels& ew_kernels_for(CpuIsa isa);  // a given path (capped to what is built)
 const EwKernels& ew_kernels_scalar();
 const EwKernels& ew_kernels_avx2();
 const EwKernels& ew_kernels_avx512();

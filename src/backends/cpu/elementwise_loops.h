@@ -89,6 +89,16 @@ inline float ew_round_bf16(float f) {
   return (u & 0x7fffffffu) > 0x7f800000u ? f : bits_f(r);
 }
 
+// Element loads/stores for the typed loops: fp32 as is, bf16 (uint16_t) widened / rounded.
+inline float ld(float x) { return x; }
+inline float ld(uint16_t h) { return bits_f(uint32_t(h) << 16); }
+inline void put(float* o, float v) { *o = v; }
+inline void put(uint16_t* o, float v) {
+  const uint32_t u = f_bits(v);
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  *o = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r);
+}
+
 inline float ew_max(float x, float y) { return (x != x || y != y) ? x + y : (x > y ? x : y); }
 inline float ew_min(float x, float y) { return (x != x || y != y) ? x + y : (x < y ? x : y); }
 
@@ -96,30 +106,31 @@ inline float ew_min(float x, float y) { return (x != x || y != y) ? x + y : (x <
 #define EW_BINARY_LOOPS(expr)                                              \
   if (sa && sb) {                                                          \
     for (int64_t i = 0; i < n; ++i) {                                      \
-      const float x = a[i], y = b[i];                                      \
-      o[i] = (expr);                                                       \
+      const float x = ld(a[i]), y = ld(b[i]);                              \
+      put(o + i, (expr));                                                  \
     }                                                                      \
   } else if (sa) {                                                         \
-    const float y = b[0];                                                  \
+    const float y = ld(b[0]);                                              \
     for (int64_t i = 0; i < n; ++i) {                                      \
-      const float x = a[i];                                                \
-      o[i] = (expr);                                                       \
+      const float x = ld(a[i]);                                            \
+      put(o + i, (expr));                                                  \
     }                                                                      \
   } else if (sb) {                                                         \
-    const float x = a[0];                                                  \
+    const float x = ld(a[0]);                                              \
     for (int64_t i = 0; i < n; ++i) {                                      \
-      const float y = b[i];                                                \
-      o[i] = (expr);                                                       \
+      const float y = ld(b[i]);                                            \
+      put(o + i, (expr));                                                  \
     }                                                                      \
   } else {                                                                 \
-    const float x = a[0], y = b[0];                                        \
+    const float x = ld(a[0]), y = ld(b[0]);                                \
     const float v = (expr);                                                \
-    for (int64_t i = 0; i < n; ++i) o[i] = v;                              \
+    for (int64_t i = 0; i < n; ++i) put(o + i, v);                         \
   }                                                                        \
   return
 
-void k_binary(BinaryOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* o,
-              int64_t n) {
+// T is float (fp32 rows) or uint16_t (bf16 rows, widened on load and rounded once on store).
+template <typename T>
+void k_binary(BinaryOp op, const T* a, int64_t sa, const T* b, int64_t sb, T* o, int64_t n) {
   switch (op) {
     case BinaryOp::add: EW_BINARY_LOOPS(x + y);
     case BinaryOp::sub: EW_BINARY_LOOPS(x - y);
@@ -134,12 +145,13 @@ void k_binary(BinaryOp op, const float* a, int64_t sa, const float* b, int64_t s
 
 #define EW_UNARY_LOOP(expr)                \
   for (int64_t i = 0; i < n; ++i) {        \
-    const float v = x[i];                  \
-    o[i] = (expr);                         \
+    const float v = ld(x[i]);              \
+    put(o + i, (expr));                    \
   }                                        \
   return
 
-void k_unary(UnaryOp op, const float* x, float* o, int64_t n, bool bf16_steps) {
+template <typename T>
+void k_unary(UnaryOp op, const T* x, T* o, int64_t n, bool bf16_steps) {
   switch (op) {
     case UnaryOp::neg: EW_UNARY_LOOP(-v);
     case UnaryOp::abs: EW_UNARY_LOOP(__builtin_fabsf(v));
@@ -210,8 +222,10 @@ void k_scale_shift(const float* x, float a, float b, float* o, int64_t n) {
 }  // namespace
 
 const EwKernels& EW_TABLE_NAME() {
-  static const EwKernels k{EW_TABLE_ISA,  k_binary, k_unary,      k_bf16_to_f32, k_f32_to_bf16,
-                           k_sum,         k_sum_sq, k_sum_sq_dev, k_scale_shift};
+  static const EwKernels k{EW_TABLE_ISA,       k_binary<float>,    k_unary<float>,
+                           k_bf16_to_f32,      k_f32_to_bf16,      k_sum,
+                           k_sum_sq,           k_sum_sq_dev,       k_scale_shift,
+                           k_binary<uint16_t>, k_unary<uint16_t>};
   return k;
 }
 

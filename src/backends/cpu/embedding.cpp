@@ -1,9 +1,10 @@
 // CPU embedding gather and sinusoidal timestep embedding.
+#include "ops/embedding.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "ops/copy.h"
-#include "ops/embedding.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
 

@@ -1,11 +1,12 @@
 // CPU layer/RMS/group norm: per-row (per-group) fp32 statistics over kEwChunk chunks with a
 // double running total, then one fused scale/shift/affine pass per chunk.
+#include "ops/norm.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/elementwise_kernels.h"
 #include "ops/copy.h"
-#include "ops/norm.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -42,7 +43,9 @@ void moments(const Tensor& x, int64_t start, int64_t n, float* mean, float* var)
   *var = float(q / double(n));
 }
 
-int64_t row_grain(int64_t d) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)); }
+int64_t row_grain(int64_t d) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1));
+}
 
 }  // namespace
 
@@ -78,8 +81,8 @@ void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
   Tensor& o = out[0];
   const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
   const DType wt = has_weight_ ? in[1].dtype() : DType::f32;
-  const bool round_to_w = style_ == RmsNormStyle::diffusers && has_weight_ &&
-                          (wt == DType::bf16 || wt == DType::f16);
+  const bool round_to_w =
+      style_ == RmsNormStyle::diffusers && has_weight_ && (wt == DType::bf16 || wt == DType::f16);
   const bool round_to_x = style_ == RmsNormStyle::llama;
   const int64_t d = x.shape().back();
   const int64_t rows = d ? x.numel() / d : 0;

@@ -1,8 +1,9 @@
 // CPU nearest upsampling: each output row repeats every input element `factor` times.
+#include "ops/resample.h"
+
 #include <cstring>
 
 #include "ops/copy.h"
-#include "ops/resample.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -28,10 +29,18 @@ void UpsampleNearest::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor
   const int64_t w = x.shape()[3];
   const int64_t rows = w ? x.numel() / w : 0;
   switch (dtype_size(x.dtype())) {
-    case 1: upsample_rows(x.data<uint8_t>(), out[0].data<uint8_t>(), rows, w, factor_); break;
-    case 2: upsample_rows(x.data<uint16_t>(), out[0].data<uint16_t>(), rows, w, factor_); break;
-    case 4: upsample_rows(x.data<uint32_t>(), out[0].data<uint32_t>(), rows, w, factor_); break;
-    default: upsample_rows(x.data<uint64_t>(), out[0].data<uint64_t>(), rows, w, factor_); break;
+    case 1:
+      upsample_rows(x.data<uint8_t>(), out[0].data<uint8_t>(), rows, w, factor_);
+      break;
+    case 2:
+      upsample_rows(x.data<uint16_t>(), out[0].data<uint16_t>(), rows, w, factor_);
+      break;
+    case 4:
+      upsample_rows(x.data<uint32_t>(), out[0].data<uint32_t>(), rows, w, factor_);
+      break;
+    default:
+      upsample_rows(x.data<uint64_t>(), out[0].data<uint64_t>(), rows, w, factor_);
+      break;
   }
 }
 

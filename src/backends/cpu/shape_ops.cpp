@@ -1,8 +1,9 @@
 // CPU concat and constant pad: contiguous runs copied with dtype conversion.
+#include "ops/shape_ops.h"
+
 #include <cstring>
 
 #include "ops/copy.h"
-#include "ops/shape_ops.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -22,12 +23,12 @@ void Concat::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const int64_t run = t.shape()[dim_] * inner;
     const size_t ts = dtype_size(t.dtype());
     const char* src = static_cast<const char*>(t.raw_data());
-    parallel_for(outer, std::max<int64_t>(1, 65536 / std::max<int64_t>(run, 1)),
-                 [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        convert_elements(src + r * run * int64_t(ts), t.dtype(),
-                         dst + (r * out_row + start) * int64_t(os), o.dtype(), size_t(run));
-    });
+    parallel_for(
+        outer, std::max<int64_t>(1, 65536 / std::max<int64_t>(run, 1)), [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r)
+            convert_elements(src + r * run * int64_t(ts), t.dtype(),
+                             dst + (r * out_row + start) * int64_t(os), o.dtype(), size_t(run));
+        });
     start += run;
   }
 }
