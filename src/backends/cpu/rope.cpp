@@ -72,7 +72,7 @@ void ApplyRope::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
   const size_t es = dtype_size(dt);
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(out[0].raw_data());
-  parallel_for(rows, 16, [&](int64_t b, int64_t e) {
+  parallel_for(rows, 256, [&](int64_t b, int64_t e) {
     const size_t nd = static_cast<size_t>(D);
     std::vector<float> xr(nd), o(nd), cr(nd), sr(nd);
     for (int64_t r = b; r < e; ++r) {
@@ -81,19 +81,33 @@ void ApplyRope::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
       const float* cp = cos.data<float>() + table_row * D;
       const float* sp = sin.data<float>() + table_row * D;
       convert_elements(src + r * D * int64_t(es), dt, xr.data(), DType::f32, size_t(D));
-      for (int64_t j = 0; j < D; ++j) {
-        cr[j] = rnd(cp[j]);
-        sr[j] = rnd(sp[j]);
-      }
-      for (int64_t j = 0; j < D; ++j) {
-        float rot;
-        if (layout_ == RopeLayout::interleaved)
-          rot = (j & 1) ? xr[j - 1] : -xr[j + 1];
-        else
-          rot = j < half ? -xr[j + half] : xr[j - half];
-        const float a = rnd(xr[j] * cr[j]);
-        const float c = rnd(rot * sr[j]);
-        o[j] = rnd(a + c);
+      if (!round_each) {
+        // torch's order: x * cos and rotated * sin rounded separately, then summed
+        // (a + (-b) == a - b exactly). No FMA in the baseline build, so nothing is contracted.
+        const float* x = xr.data();
+        float* y = o.data();
+        if (layout_ == RopeLayout::interleaved) {
+          for (int64_t j = 0; j < D; j += 2) {
+            y[j] = x[j] * cp[j] - x[j + 1] * sp[j];
+            y[j + 1] = x[j + 1] * cp[j + 1] + x[j] * sp[j + 1];
+          }
+        } else {
+          for (int64_t j = 0; j < half; ++j) y[j] = x[j] * cp[j] - x[j + half] * sp[j];
+          for (int64_t j = half; j < D; ++j) y[j] = x[j] * cp[j] + x[j - half] * sp[j];
+        }
+      } else {
+        for (int64_t j = 0; j < D; ++j) {
+          cr[j] = rnd(cp[j]);
+          sr[j] = rnd(sp[j]);
+        }
+        for (int64_t j = 0; j < D; ++j) {
+          float rot;
+          if (layout_ == RopeLayout::interleaved)
+            rot = (j & 1) ? xr[j - 1] : -xr[j + 1];
+          else
+            rot = j < half ? -xr[j + half] : xr[j - half];
+          o[j] = rnd(rnd(xr[j] * cr[j]) + rnd(rot * sr[j]));
+        }
       }
       convert_elements(o.data(), DType::f32, dst + r * D * int64_t(es), dt, size_t(D));
     }
