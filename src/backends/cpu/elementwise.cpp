@@ -320,7 +320,11 @@ void Unary::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   }
   const EwKernels& k = ew_kernels();
   const bool bf16_steps = o.dtype() == DType::bf16;
-  if (x.dtype() == DType::bf16 && o.dtype() == DType::bf16) {
+  // One pass for the cheap ops; the transcendental ones measured as fast or faster through
+  // the fp32 chunk (the conversion is hidden behind their arithmetic).
+  const bool cheap =
+      op_ == UnaryOp::neg || op_ == UnaryOp::abs || op_ == UnaryOp::square || op_ == UnaryOp::relu;
+  if (cheap && x.dtype() == DType::bf16 && o.dtype() == DType::bf16) {
     for_each_chunk(1, total, [&](int64_t, int64_t c0, int64_t c1) {
       k.unary_bf16(op_, x.data<uint16_t>() + c0, o.data<uint16_t>() + c0, c1 - c0, true);
     });
