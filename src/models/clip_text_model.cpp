@@ -1,0 +1,296 @@
+#include "models/clip_text_model.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "nn/checkpoint_source.h"
+#include "ops/attention.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/reduce.h"
+#include "runtime/error.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr const char* kTextModelPrefix = "text_model.";
+
+// transformers 5 saves CLIPTextModel without the `text_model.` prefix that published checkpoints
+// (and transformers 4) use, and reads both; this source serves the bare names under the prefix.
+class PrefixedWeightSource final : public WeightSource {
+ public:
+  explicit PrefixedWeightSource(const WeightSource& base) : base_(base) {}
+  bool contains(const std::string& name) const override { return base_.contains(bare(name)); }
+  Tensor get(const std::string& name) const override { return base_.get(bare(name)); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& n : base_.names())
+      out.push_back(n.rfind("text_projection.", 0) == 0 ? n : kTextModelPrefix + n);
+    return out;
+  }
+  std::string describe() const override { return base_.describe(); }
+
+ private:
+  static std::string bare(const std::string& name) {
+    return name.rfind(kTextModelPrefix, 0) == 0 ? name.substr(std::string(kTextModelPrefix).size())
+                                                : name;
+  }
+  const WeightSource& base_;
+};
+
+void require_positive(const JsonConfig& c, const char* key, int64_t v) {
+  TESSERA_CHECK(v > 0, "[CLIPTextModel] unsupported value ", key, "=", v, " in ", c.source(),
+                "; expected a positive integer");
+}
+
+// Builds the model from <folder>/config.json and fills it from the folder's checkpoint.
+template <typename Model>
+std::unique_ptr<Model> load_clip(const std::string& folder, DType dtype, bool with_projection,
+                                 const char* where) {
+  TESSERA_CHECK(dtype == DType::f32 || dtype == DType::bf16, where, " dtype ", dtype_name(dtype),
+                " is not supported; use f32 or bf16");
+  TESSERA_CHECK(std::filesystem::is_directory(folder), where, " component folder '", folder,
+                "' does not exist");
+  const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
+  TESSERA_CHECK(std::filesystem::exists(config_path), where, " no config.json in '", folder, "'");
+  auto model = std::make_unique<Model>(
+      CLIPTextConfig::from_json(JsonConfig::load(config_path), with_projection));
+  const auto checkpoint = CheckpointWeightSource::open(folder);
+  const bool prefixed = checkpoint.contains("text_model.embeddings.token_embedding.weight");
+  const PrefixedWeightSource bare(checkpoint);
+  const WeightSource& source = prefixed ? static_cast<const WeightSource&>(checkpoint) : bare;
+  std::vector<std::string> unused;
+  for (const auto& n : model->load_weights(source, {.dtype = dtype})) {
+    // Older checkpoints store the position_ids buffer; it is always arange(L).
+    if (n.find("embeddings.position_ids") != std::string::npos) continue;
+    unused.push_back(n);
+  }
+  // Tensors the config has no place for mean the config does not describe these weights.
+  if (!unused.empty()) {
+    std::string names;
+    for (size_t i = 0; i < unused.size() && i < 5; ++i) names += (i ? ", " : "") + unused[i];
+    TESSERA_FAIL(where, " ", source.describe(), " has ", unused.size(), " tensor(s) that ",
+                 config_path, " has no place for: ", names, unused.size() > 5 ? ", ..." : "");
+  }
+  return model;
+}
+
+Tensor apply_activation(const std::string& name, const Tensor& x) {
+  if (name == "quick_gelu") return quick_gelu(x);
+  if (name == "gelu") return gelu(x);
+  if (name == "gelu_pytorch_tanh") return gelu(x, /*approximate=*/true);
+  return relu(x);  // from_json admits nothing else
+}
+
+}  // namespace
+
+CLIPTextConfig CLIPTextConfig::from_json(const JsonConfig& c, bool with_projection) {
+  const std::string model_type = c.get_string("model_type", "clip_text_model");
+  TESSERA_CHECK(model_type == "clip_text_model", "[CLIPTextModel] unsupported value model_type='",
+                model_type, "' in ", c.source(), "; expected clip_text_model");
+  CLIPTextConfig cfg;
+  cfg.vocab_size = c.get_int("vocab_size");
+  cfg.hidden_size = c.get_int("hidden_size");
+  cfg.intermediate_size = c.get_int("intermediate_size");
+  cfg.num_hidden_layers = c.get_int("num_hidden_layers");
+  cfg.num_attention_heads = c.get_int("num_attention_heads");
+  cfg.max_position_embeddings = c.get_int("max_position_embeddings");
+  if (with_projection) cfg.projection_dim = c.get_int("projection_dim");
+  cfg.hidden_act = c.get_string("hidden_act", cfg.hidden_act);
+  cfg.layer_norm_eps = c.get_float("layer_norm_eps", cfg.layer_norm_eps);
+  cfg.eos_token_id = c.get_int("eos_token_id", cfg.eos_token_id);
+
+  require_positive(c, "vocab_size", cfg.vocab_size);
+  require_positive(c, "hidden_size", cfg.hidden_size);
+  require_positive(c, "intermediate_size", cfg.intermediate_size);
+  TESSERA_CHECK(cfg.num_hidden_layers >= 0,
+                "[CLIPTextModel] unsupported value num_hidden_layers=", cfg.num_hidden_layers,
+                " in ", c.source());
+  require_positive(c, "num_attention_heads", cfg.num_attention_heads);
+  require_positive(c, "max_position_embeddings", cfg.max_position_embeddings);
+  if (with_projection) require_positive(c, "projection_dim", cfg.projection_dim);
+  TESSERA_CHECK(cfg.hidden_size % cfg.num_attention_heads == 0,
+                "[CLIPTextModel] unsupported value num_attention_heads=", cfg.num_attention_heads,
+                " in ", c.source(), "; it must divide hidden_size=", cfg.hidden_size);
+  const auto& a = cfg.hidden_act;
+  TESSERA_CHECK(a == "quick_gelu" || a == "gelu" || a == "gelu_pytorch_tanh" || a == "relu",
+                "[CLIPTextModel] unsupported value hidden_act='", a, "' in ", c.source(),
+                "; expected quick_gelu, gelu, gelu_pytorch_tanh or relu");
+  return cfg;
+}
+
+namespace clip {
+
+CLIPTextEmbeddings::CLIPTextEmbeddings(const CLIPTextConfig& c)
+    : token_embedding(c.vocab_size, c.hidden_size),
+      position_embedding(c.max_position_embeddings, c.hidden_size) {
+  register_module("token_embedding", &token_embedding);
+  register_module("position_embedding", &position_embedding);
+}
+
+Tensor CLIPTextEmbeddings::forward(const Tensor& input_ids) const {
+  // position_ids = arange(L): the first L rows of the table, a view.
+  const int64_t L = input_ids.dim(1);
+  return token_embedding(input_ids) + position_embedding.weight.slice(0, 0, L);
+}
+
+CLIPAttention::CLIPAttention(const CLIPTextConfig& c)
+    : num_heads(c.num_attention_heads),
+      head_dim(c.head_dim()),
+      q_proj(c.hidden_size, c.hidden_size),
+      k_proj(c.hidden_size, c.hidden_size),
+      v_proj(c.hidden_size, c.hidden_size),
+      out_proj(c.hidden_size, c.hidden_size) {
+  register_module("k_proj", &k_proj);
+  register_module("v_proj", &v_proj);
+  register_module("q_proj", &q_proj);
+  register_module("out_proj", &out_proj);
+}
+
+Tensor CLIPAttention::forward(const Tensor& x, const Tensor& padding_mask) const {
+  const int64_t B = x.dim(0), L = x.dim(1);
+  auto heads = [&](const Tensor& t) { return t.view({B, L, num_heads, head_dim}).transpose(1, 2); };
+  SdpaOptions opt;
+  opt.causal = true;
+  opt.scale = std::pow(double(head_dim), -0.5);  // head_dim**-0.5, as the Python float
+  opt.mask = padding_mask;
+  const Tensor out =
+      scaled_dot_product_attention(heads(q_proj(x)), heads(k_proj(x)), heads(v_proj(x)), opt);
+  return out_proj(contiguous(out.transpose(1, 2)).flatten(2, 3));
+}
+
+CLIPMLP::CLIPMLP(const CLIPTextConfig& c)
+    : activation(c.hidden_act),
+      fc1(c.hidden_size, c.intermediate_size),
+      fc2(c.intermediate_size, c.hidden_size) {
+  register_module("fc1", &fc1);
+  register_module("fc2", &fc2);
+}
+
+Tensor CLIPMLP::forward(const Tensor& x) const {
+  return fc2(apply_activation(activation, fc1(x)));
+}
+
+CLIPEncoderLayer::CLIPEncoderLayer(const CLIPTextConfig& c)
+    : self_attn(c),
+      layer_norm1(c.hidden_size, c.layer_norm_eps),
+      mlp(c),
+      layer_norm2(c.hidden_size, c.layer_norm_eps) {
+  register_module("self_attn", &self_attn);
+  register_module("layer_norm1", &layer_norm1);
+  register_module("mlp", &mlp);
+  register_module("layer_norm2", &layer_norm2);
+}
+
+Tensor CLIPEncoderLayer::forward(const Tensor& x, const Tensor& padding_mask) const {
+  const Tensor h = x + self_attn.forward(layer_norm1(x), padding_mask);
+  return h + mlp.forward(layer_norm2(h));
+}
+
+CLIPTextTransformer::CLIPTextTransformer(const CLIPTextConfig& c)
+    : config(c), embeddings(c), final_layer_norm(c.hidden_size, c.layer_norm_eps) {
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers.push_back(std::make_unique<CLIPEncoderLayer>(c));
+  register_module("embeddings", &embeddings);
+  register_modules("encoder.layers", layers);
+  register_module("final_layer_norm", &final_layer_norm);
+}
+
+CLIPTextOutput CLIPTextTransformer::forward(const Tensor& input_ids,
+                                            const CLIPTextForwardOptions& options,
+                                            std::map<std::string, Tensor>* capture,
+                                            const std::string& prefix) const {
+  constexpr const char* where = "[CLIPTextModel]";
+  auto record = [&](const std::string& name, const Tensor& t) {
+    if (capture) (*capture)[prefix + name] = t;
+  };
+  TESSERA_CHECK(input_ids.defined() && input_ids.ndim() == 2 &&
+                    (input_ids.dtype() == DType::i64 || input_ids.dtype() == DType::i32),
+                where, " input_ids must be (B, L) i64, got ",
+                input_ids.defined() ? input_ids.describe() : "nothing");
+  const int64_t B = input_ids.dim(0), L = input_ids.dim(1);
+  TESSERA_CHECK(
+      L >= 1 && L <= config.max_position_embeddings, where, " sequence length ", L,
+      " is out of range; expected 1 to max_position_embeddings=", config.max_position_embeddings);
+  Tensor padding_mask;
+  if (options.attention_mask.defined()) {
+    const Tensor& m = options.attention_mask;
+    TESSERA_CHECK(m.shape() == Shape({B, L}), where, " attention_mask must be (", B, ", ", L,
+                  ") like input_ids, got ", m.describe());
+    padding_mask = astype(m, DType::boolean).view({B, 1, 1, L});
+  }
+
+  CLIPTextOutput out;
+  Tensor hidden = embeddings.forward(input_ids);
+  record("embeddings", hidden);
+  if (options.output_hidden_states) out.hidden_states.push_back(hidden);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    hidden = layers[i]->forward(hidden, padding_mask);
+    record("encoder.layers." + std::to_string(i), hidden);
+    if (options.output_hidden_states) out.hidden_states.push_back(hidden);
+  }
+  out.last_hidden_state = final_layer_norm(hidden);
+  record("final_layer_norm", out.last_hidden_state);
+
+  // transformers pools at argmax(input_ids) when eos_token_id == 2 (configs older than its PR
+  // #24773, e.g. FLUX.1's and SD3's) and at the first eos_token_id otherwise (0 when absent).
+  Tensor eos_index;
+  if (config.eos_token_id == 2) {
+    eos_index = argmax(input_ids, -1);
+  } else {
+    const Tensor is_eos = 1.0 - minimum(abs(input_ids - double(config.eos_token_id)), 1.0);
+    eos_index = argmax(is_eos, -1);
+  }
+  std::vector<int64_t> row_starts(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) row_starts[size_t(b)] = b * L;
+  const Tensor flat_index = eos_index + Tensor::from_ints(row_starts, {B});
+  out.pooler_output =
+      embedding(out.last_hidden_state.view({B * L, config.hidden_size}), flat_index);
+  return out;
+}
+
+}  // namespace clip
+
+CLIPTextModel::CLIPTextModel(const CLIPTextConfig& c) : text_model(c) {
+  register_module("text_model", &text_model);
+}
+
+std::unique_ptr<CLIPTextModel> CLIPTextModel::from_pretrained(const std::string& folder,
+                                                              DType dtype) {
+  auto model = load_clip<CLIPTextModel>(folder, dtype, false, "[CLIPTextModel]");
+  model->dtype_ = dtype;
+  return model;
+}
+
+CLIPTextOutput CLIPTextModel::forward(const Tensor& input_ids,
+                                      std::map<std::string, Tensor>* capture,
+                                      const CLIPTextForwardOptions& options) const {
+  return text_model.forward(input_ids, options, capture, kTextModelPrefix);
+}
+
+CLIPTextModelWithProjection::CLIPTextModelWithProjection(const CLIPTextConfig& c)
+    : text_model(c), text_projection(c.hidden_size, c.projection_dim, /*bias=*/false) {
+  register_module("text_model", &text_model);
+  register_module("text_projection", &text_projection);
+}
+
+std::unique_ptr<CLIPTextModelWithProjection> CLIPTextModelWithProjection::from_pretrained(
+    const std::string& folder, DType dtype) {
+  auto model =
+      load_clip<CLIPTextModelWithProjection>(folder, dtype, true, "[CLIPTextModelWithProjection]");
+  model->dtype_ = dtype;
+  return model;
+}
+
+CLIPTextOutput CLIPTextModelWithProjection::forward(const Tensor& input_ids,
+                                                    std::map<std::string, Tensor>* capture,
+                                                    const CLIPTextForwardOptions& options) const {
+  CLIPTextOutput out = text_model.forward(input_ids, options, capture, kTextModelPrefix);
+  out.text_embeds = text_projection(out.pooler_output);
+  if (capture) (*capture)["text_projection"] = out.text_embeds;
+  return out;
+}
+
+}  // namespace tessera
