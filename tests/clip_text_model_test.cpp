@@ -259,6 +259,8 @@ TEST(CLIPText, PaddingMaskOfOnesChangesNothingAndRightPaddingKeepsThePrefix) {
   const auto ones = model->forward(
       ids, nullptr, {.attention_mask = Tensor::from_ints({1, 1, 1, 1, 1, 1}, {1, 6})});
   EXPECT_TRUE(test::all_close(ones.last_hidden_state, plain.last_hidden_state, 0, 1e-6));
+  EXPECT_TRUE(plain.hidden_states.empty());  // only with output_hidden_states
+  EXPECT_FALSE(plain.text_embeds.defined());
   // Causal attention already hides later keys from the first four queries.
   const auto padded = model->forward(
       ids, nullptr, {.attention_mask = Tensor::from_ints({1, 1, 1, 1, 0, 0}, {1, 6})});

@@ -34,7 +34,8 @@ struct T5Config {
 
 // T5Attention._relative_position_bucket over memory_position - query_position for every
 // (query, key) pair: an (Lq, Lk) i64 table. Depends only on the lengths, like position ids;
-// computed with the fp32 arithmetic torch uses (log, divide, multiply, truncate).
+// computed with the fp32 arithmetic torch uses (log, divide, multiply, truncate); checked equal
+// to transformers for |rel| < 4100 at (32, 128), (64, 256), (128, 512), (16, 64), (32, 64).
 Tensor t5_relative_position_buckets(int64_t query_length, int64_t key_length, bool bidirectional,
                                     int64_t num_buckets, int64_t max_distance);
 
