@@ -9,5 +9,6 @@ namespace tessera::cli {
 using Runner = std::function<int()>;  // returns the process exit code
 
 void register_inspect(CLI::App& app, Runner& run);
+void register_generate(CLI::App& app, Runner& run);
 
 }  // namespace tessera::cli

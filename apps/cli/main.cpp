@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
   app.require_subcommand(0, 1);
   tessera::cli::Runner run;
+  tessera::cli::register_generate(app, run);
   tessera::cli::register_inspect(app, run);
   try {
     app.parse(argc, argv);

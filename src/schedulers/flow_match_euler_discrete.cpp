@@ -4,6 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ops/copy.h"
+#include "ops/elementwise.h"
 #include "runtime/error.h"
 
 namespace tessera {
@@ -138,6 +140,15 @@ void FlowMatchEulerDiscreteScheduler::set_timesteps(int steps,
   for (int i = 0; i < steps; ++i) timesteps_[size_t(i)] = sig[size_t(i)] * float(n);
   sigmas_ = sig;
   sigmas_.push_back(config_.invert_sigmas ? 1.f : 0.f);
+}
+
+Tensor FlowMatchEulerDiscreteScheduler::step(const Tensor& model_output, int i,
+                                             const Tensor& sample) const {
+  TESSERA_CHECK(i >= 0 && i + 1 < int(sigmas_.size()), "[scheduler] step index ", i,
+                " out of range for ", sigmas_.size() - 1, " steps (call set_timesteps first)");
+  const float dt = sigmas_[size_t(i) + 1] - sigmas_[size_t(i)];
+  const Tensor prev = add(astype(sample, DType::f32), mul(model_output, double(dt)));
+  return astype(prev, model_output.dtype());
 }
 
 }  // namespace tessera

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/tensor.h"
+
 namespace tessera {
 
 struct FlowMatchEulerDiscreteConfig {
@@ -32,6 +34,11 @@ class FlowMatchEulerDiscreteScheduler {
   // are the pipeline's float64 values; `mu` is required with dynamic shifting.
   void set_timesteps(int num_inference_steps, const std::optional<std::vector<double>>& sigmas,
                      std::optional<double> mu);
+
+  // One Euler step from sigmas[i] to sigmas[i+1], as diffusers: the sample is upcast to f32,
+  // (sigma_next - sigma) * model_output is computed in the model output's dtype (so a bf16 model
+  // rounds it to bf16), added in f32 and cast back to the model output's dtype.
+  Tensor step(const Tensor& model_output, int step_index, const Tensor& sample) const;
 
   // float32 values, as the torch tensors diffusers keeps. sigmas has one more entry (the final 0).
   const std::vector<float>& timesteps() const { return timesteps_; }

@@ -1,0 +1,49 @@
+// What every text-to-image pipeline shares: load options, the step callback, stage timings,
+// and diffusers' VaeImageProcessor post-processing.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace tessera {
+
+struct PipelineLoadOptions {
+  DType dtype = DType::f32;  // diffusers' torch_dtype
+  Device device = Device::cpu();
+};
+
+// Called after each denoising step with (step index, number of steps, latents after the step).
+using StepCallback = std::function<void(int, int, const Tensor&)>;
+
+struct StageTimes {
+  double encode_seconds = 0;
+  std::vector<double> step_seconds;
+  double decode_seconds = 0;
+};
+
+struct RgbImage {
+  int64_t height = 0, width = 0;
+  std::vector<uint8_t> pixels;  // HxWx3
+};
+
+struct PipelineOutput {
+  Tensor image;                 // (B, H, W, 3) f32 in [0, 1], as output_type="np"
+  std::vector<RgbImage> images;  // as output_type="pil"
+  Tensor initial_latents;        // what the denoising loop started from
+  StageTimes times;
+  uint64_t seed = 0;
+};
+
+// VaeImageProcessor.postprocess: (x * 0.5 + 0.5).clamp(0, 1) in the decoder's dtype, then NHWC
+// float32; uint8 as numpy's (x * 255).round() (half to even).
+Tensor postprocess_image(const Tensor& decoded);
+std::vector<RgbImage> to_uint8_images(const Tensor& image_nhwc);
+
+// Seconds since an arbitrary epoch, for stage timings.
+double now_seconds();
+
+}  // namespace tessera
