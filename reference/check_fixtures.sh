@@ -19,7 +19,7 @@ else
   venv=$("$here/setup_venv.sh" | tail -1)
 fi
 
-checksums() { (cd "$fixtures" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum); }
+checksums() { (cd "$fixtures" && find . \( -type f -o -type l \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum && find . -type l -printf '%p -> %l\n' | LC_ALL=C sort); }
 
 status=0
 "$venv/bin/python" "$here/make_fixtures.py" "$@"
