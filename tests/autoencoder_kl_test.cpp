@@ -1,0 +1,306 @@
+// AutoencoderKL / AutoencoderKLFlux2 against diffusers goldens
+// (tests/fixtures/goldens/<pipeline>/components/vae.{decode,encode}/<dtype>/, made by
+// reference/goldens/pipeline_flux.py, pipeline_sd3.py and pipeline_flux2.py): every output and
+// every recorded intermediate, f32 and bf16; plus loading errors and config variants.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "io_test_folder.h"
+#include "models/autoencoder_kl.h"
+#include "ops/copy.h"
+#include "runtime/error.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+struct ParityCase {
+  std::string pipeline;  // fixture folder, e.g. "flux1-schnell-tiny"
+  DType dtype;
+};
+
+std::string case_name(const ::testing::TestParamInfo<ParityCase>& info) {
+  std::string n = info.param.pipeline + "_" + dtype_name(info.param.dtype);
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+// Max and mean |a - e|, for the log (the numbers the report quotes).
+std::string diff_summary(const Tensor& a, const Tensor& e) {
+  const auto av = a.to_floats(), ev = e.to_floats();
+  double mx = 0, sum = 0, ref = 0;
+  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
+    const double d = std::fabs(double(av[i]) - double(ev[i]));
+    mx = std::max(mx, d);
+    sum += d;
+    ref = std::max(ref, std::fabs(double(ev[i])));
+  }
+  std::ostringstream os;
+  os << "max " << mx << " mean " << sum / double(std::max<size_t>(av.size(), 1)) << " (max|e| "
+     << ref << ")";
+  return os.str();
+}
+
+struct Golden {
+  std::map<std::string, Tensor> inputs, outputs, intermediates;
+};
+
+bool load_golden(const ParityCase& p, const std::string& component, Golden* g) {
+  const std::string dir = "goldens/" + p.pipeline + "/components/" + component + "/" +
+                          dtype_name(p.dtype) + "/";
+  if (!test::has_fixture(dir + "outputs.safetensors")) return false;
+  g->inputs = test::load_fixture(dir + "inputs.safetensors");
+  g->outputs = test::load_fixture(dir + "outputs.safetensors");
+  g->intermediates = test::load_fixture(dir + "intermediates.safetensors");
+  return true;
+}
+
+// Compares every golden tensor with the one of the same name in `actual`.
+void expect_all_match(const std::map<std::string, Tensor>& golden,
+                      const std::map<std::string, Tensor>& actual, DType dtype, const char* what) {
+  for (const auto& [name, expected] : golden) {
+    auto it = actual.find(name);
+    ASSERT_NE(it, actual.end()) << "no " << what << " named " << name;
+    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
+    ASSERT_EQ(it->second.shape(), expected.shape()) << name;
+    EXPECT_TRUE(test::activations_close(it->second, expected, dtype)) << name;
+    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
+  }
+}
+
+std::string vae_folder(const ParityCase& p) { return test::fixture_path(p.pipeline + "/vae"); }
+
+class AutoencoderKLParity : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(AutoencoderKLParity, DecodeMatchesDiffusers) {
+  const auto& p = GetParam();
+  Golden g;
+  if (!load_golden(p, "vae.decode", &g)) GTEST_SKIP() << "missing vae.decode golden";
+  auto vae = AutoencoderKL::from_pretrained(vae_folder(p), p.dtype);
+  std::map<std::string, Tensor> capture;
+  const Tensor sample = vae->decode(g.inputs.at("z"), &capture);
+  expect_all_match(g.outputs, {{"sample", sample}}, p.dtype, "output");
+  expect_all_match(g.intermediates, capture, p.dtype, "captured activation");
+}
+
+TEST_P(AutoencoderKLParity, EncodeMatchesDiffusers) {
+  const auto& p = GetParam();
+  Golden g;
+  if (!load_golden(p, "vae.encode", &g)) GTEST_SKIP() << "missing vae.encode golden";
+  auto vae = AutoencoderKL::from_pretrained(vae_folder(p), p.dtype);
+  std::map<std::string, Tensor> capture;
+  const DiagonalGaussianDistribution d = vae->encode(g.inputs.at("sample"), &capture);
+  std::map<std::string, Tensor> actual = {{"latent_dist.parameters", d.parameters},
+                                          {"latent_dist.mean", d.mean},
+                                          {"latent_dist.logvar", d.logvar},
+                                          {"latent_dist.std", d.std},
+                                          {"latent_dist.mode", d.mode()}};
+  if (vae->config().is_flux2()) {
+    actual["bn.running_mean"] = vae->bn_running_mean;
+    actual["bn.running_var"] = vae->bn_running_var;
+  }
+  expect_all_match(g.outputs, actual, p.dtype, "output");
+  expect_all_match(g.intermediates, capture, p.dtype, "captured activation");
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, AutoencoderKLParity,
+                         ::testing::Values(ParityCase{"flux1-schnell-tiny", DType::f32},
+                                           ParityCase{"flux1-schnell-tiny", DType::bf16},
+                                           ParityCase{"flux1-dev-tiny", DType::f32},
+                                           ParityCase{"flux1-dev-tiny", DType::bf16},
+                                           ParityCase{"sd35-medium-tiny", DType::f32},
+                                           ParityCase{"sd35-medium-tiny", DType::bf16},
+                                           ParityCase{"flux2-dev-tiny", DType::f32},
+                                           ParityCase{"flux2-dev-tiny", DType::bf16}),
+                         case_name);
+
+// ---- loading errors and config variants ---------------------------------------------------
+
+const char* kFluxVae = "flux1-schnell-tiny/vae";
+const char* kFlux2Vae = "flux2-dev-tiny/vae";
+
+bool have(const std::string& folder) { return test::has_fixture(folder + "/config.json"); }
+
+// A copy of a fixture component folder; `edit` changes config.json, `rename` the tensors (an
+// empty new name drops the tensor).
+class EditedFolder {
+ public:
+  EditedFolder(const std::string& component, const std::function<void(nlohmann::json&)>& edit,
+               const std::function<std::string(const std::string&)>& rename = nullptr) {
+    const std::string src = test::fixture_path(component);
+    for (const auto& e : std::filesystem::directory_iterator(src)) {
+      const std::string name = e.path().filename().string();
+      if (rename && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
+        std::map<std::string, Tensor> renamed;
+        for (const auto& [k, v] : load_safetensors(e.path().string())) {
+          const std::string nk = rename(k);
+          if (!nk.empty()) renamed[nk] = v;
+        }
+        save_safetensors(dir_ / name, renamed);
+      } else {
+        std::filesystem::copy(e.path(), dir_ / name);
+      }
+    }
+    nlohmann::json cfg = nlohmann::json::parse(test::read_text(src + "/config.json"));
+    edit(cfg);
+    std::filesystem::remove(dir_ / "config.json");
+    test::write_text(dir_ / "config.json", cfg.dump(2));
+  }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  test::TempDir dir_;
+};
+
+std::string load_error(const std::string& folder, DType dtype = DType::f32) {
+  try {
+    AutoencoderKL::from_pretrained(folder, dtype);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AutoencoderKLErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  EditedFolder f(kFluxVae, [](nlohmann::json& c) { c["latent_channels"] = 8; });
+  const std::string msg = load_error(f.path());
+  // The encoder's parameters are checked first: conv_out gives 2 * latent_channels.
+  EXPECT_NE(msg.find("'encoder.conv_out.weight' has shape (32, 32, 3, 3)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("the config implies (16, 32, 3, 3)"), std::string::npos) << msg;
+}
+
+TEST(AutoencoderKLErrors, MissingConfigKeyIsNamed) {
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  for (const char* key : {"block_out_channels", "latent_channels", "layers_per_block",
+                          "norm_num_groups"}) {
+    EditedFolder f(kFluxVae, [&](nlohmann::json& c) { c.erase(key); });
+    const std::string msg = load_error(f.path());
+    EXPECT_NE(msg.find(key), std::string::npos) << msg;
+    EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
+  }
+}
+
+TEST(AutoencoderKLErrors, UnsupportedConfigValuesAreNamed) {
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& c) { c["act_fn"] = "mish"; }, "unsupported value act_fn='mish'"},
+      {[](nlohmann::json& c) { c["norm_num_groups"] = 3; },
+       "unsupported value norm_num_groups=3"},
+      {[](nlohmann::json& c) { c["down_block_types"][1] = "AttnDownEncoderBlock2D"; },
+       "unsupported value down_block_types entry 'AttnDownEncoderBlock2D'"},
+      {[](nlohmann::json& c) { c["up_block_types"] = {"UpDecoderBlock2D"}; },
+       "up_block_types has 1 entries but block_out_channels has 4"},
+      {[](nlohmann::json& c) { c["_class_name"] = "AutoencoderTiny"; },
+       "unsupported value _class_name='AutoencoderTiny'"},
+      {[](nlohmann::json& c) { c["layers_per_block"] = 0; },
+       "unsupported value layers_per_block=0"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    EditedFolder f(kFluxVae, edit);
+    const std::string msg = load_error(f.path());
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+  }
+  EXPECT_NE(load_error(test::fixture_path(kFluxVae), DType::f16).find("dtype f16 is not supported"),
+            std::string::npos);
+  EXPECT_NE(load_error("/nonexistent/vae").find("does not exist"), std::string::npos);
+}
+
+TEST(AutoencoderKLErrors, QuantConvsMustMatchTheConfig) {
+  if (!have(kFluxVae) || !have(kFlux2Vae)) GTEST_SKIP() << "missing VAE fixtures";
+  {  // The config asks for quant convs the weights do not have.
+    EditedFolder f(kFluxVae, [](nlohmann::json& c) { c["use_quant_conv"] = true; });
+    const std::string msg = load_error(f.path());
+    EXPECT_NE(msg.find("missing tensor 'quant_conv.weight'"), std::string::npos) << msg;
+  }
+  {  // The weights have quant convs the config has no place for.
+    EditedFolder f(kFlux2Vae, [](nlohmann::json& c) { c["use_post_quant_conv"] = false; });
+    const std::string msg = load_error(f.path());
+    EXPECT_NE(msg.find("post_quant_conv.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("has no place for"), std::string::npos) << msg;
+  }
+}
+
+TEST(AutoencoderKL, ReadsPipelineFactorsFromTheConfig) {
+  if (!have(kFluxVae) || !have(kFlux2Vae)) GTEST_SKIP() << "missing VAE fixtures";
+  auto flux = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
+  EXPECT_FALSE(flux->config().is_flux2());
+  EXPECT_DOUBLE_EQ(flux->config().scaling_factor, 0.3611);
+  ASSERT_TRUE(flux->config().shift_factor.has_value());
+  EXPECT_DOUBLE_EQ(*flux->config().shift_factor, 0.1159);
+  EXPECT_EQ(flux->scale_factor(), 8);
+  EXPECT_FALSE(flux->quant_conv || flux->post_quant_conv);
+  EXPECT_FALSE(flux->bn_running_mean.defined());
+  auto flux2 = AutoencoderKL::from_pretrained(test::fixture_path(kFlux2Vae), DType::bf16);
+  EXPECT_TRUE(flux2->config().is_flux2());
+  EXPECT_DOUBLE_EQ(flux2->config().batch_norm_eps, 1e-4);
+  EXPECT_EQ(flux2->bn_running_var.shape(), Shape{128});
+  EXPECT_EQ(flux2->bn_running_var.dtype(), DType::bf16);
+  EXPECT_TRUE(flux2->quant_conv && flux2->post_quant_conv);
+}
+
+TEST(AutoencoderKL, WithoutMidBlockAttentionDropsTheAttentionWeights) {
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  EditedFolder f(
+      kFluxVae, [](nlohmann::json& c) { c["mid_block_add_attention"] = false; },
+      [](const std::string& k) {
+        return k.find("mid_block.attentions.") != std::string::npos ? std::string() : k;
+      });
+  auto vae = AutoencoderKL::from_pretrained(f.path(), DType::f32);
+  std::map<std::string, Tensor> capture;
+  const Tensor z = Tensor::zeros({1, 16, 2, 3}, DType::f32);
+  EXPECT_EQ(vae->decode(z, &capture).shape(), (Shape{1, 3, 16, 24}));
+  EXPECT_EQ(capture.count("decoder.mid_block.attentions.0"), 0u);
+  // The unedited folder has attention weights this config has no place for.
+  EditedFolder g(kFluxVae, [](nlohmann::json& c) { c["mid_block_add_attention"] = false; });
+  EXPECT_NE(load_error(g.path()).find("mid_block.attentions.0"), std::string::npos);
+}
+
+TEST(AutoencoderKL, BatchesDecodeAsSingleImages) {
+  // The attention copies tokens for B > 1; each image must decode as it does alone.
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  auto vae = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
+  std::vector<float> v(2 * 16 * 3 * 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * float(i));
+  const Tensor z = Tensor::from_floats(v, {2, 16, 3, 2});
+  const Tensor both = vae->decode(z);
+  for (int64_t b = 0; b < 2; ++b) {
+    const Tensor one = vae->decode(contiguous(z.slice(0, b, b + 1)));
+    EXPECT_TRUE(test::all_close(both.slice(0, b, b + 1), one, 1e-5, 1e-5)) << "image " << b;
+  }
+  const auto d = vae->encode(both);
+  EXPECT_EQ(d.mean.shape(), (Shape{2, 16, 3, 2}));
+}
+
+TEST(AutoencoderKLErrors, InputsOfTheWrongShapeOrDtypeAreRefused) {
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  auto vae = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
+  auto err = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err([&] { vae->decode(Tensor::zeros({1, 4, 2, 2}, DType::f32)); })
+                .find("expected z of shape (B, 16, h, w)"),
+            std::string::npos);
+  EXPECT_NE(err([&] { vae->decode(Tensor::zeros({1, 16, 2, 2}, DType::bf16)); })
+                .find("z is bf16 but the model is f32"),
+            std::string::npos);
+  EXPECT_NE(err([&] { vae->encode(Tensor::zeros({1, 4, 16, 16}, DType::f32)); })
+                .find("expected sample of shape (B, 3, H, W)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
