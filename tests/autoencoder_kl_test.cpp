@@ -48,6 +48,30 @@ std::string diff_summary(const Tensor& a, const Tensor& e) {
   return os.str();
 }
 
+// bf16 outputs of a whole chain: this tiny random-weight VAE amplifies any bf16 rounding flip.
+// One probability rounding that differs in the mid-block attention (0.05% mean, the attention
+// kernel's documented one-ulp freedom) reaches 1.4% mean at the output when torch itself runs
+// every later block (measured); bit-exact later blocks cannot undo it. So chained bf16
+// activations are held to a mean of 3% (max as decision 0008), and every block is also checked
+// on its own, fed the golden input, at the full 0008 bound (block_by_block below).
+::testing::AssertionResult chained_close(const Tensor& a, const Tensor& e, DType dtype) {
+  if (dtype != DType::bf16) return test::activations_close(a, e, dtype);
+  const auto av = a.to_floats(), ev = e.to_floats();
+  double mx = 0, sum = 0, ref_sum = 0, ref_max = 0;
+  for (size_t i = 0; i < av.size(); ++i) {
+    const double d = std::fabs(double(av[i]) - double(ev[i]));
+    mx = std::max(mx, d);
+    sum += d;
+    ref_sum += std::fabs(double(ev[i]));
+    ref_max = std::max(ref_max, std::fabs(double(ev[i])));
+  }
+  if (sum <= 3e-2 * ref_sum && mx <= 5e-2 * std::max(1.0, ref_max))
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "chained bf16 activations differ: max " << mx
+                                       << " mean " << sum / double(av.size()) << " (mean|e| "
+                                       << ref_sum / double(av.size()) << ")";
+}
+
 struct Golden {
   std::map<std::string, Tensor> inputs, outputs, intermediates;
 };
@@ -70,7 +94,7 @@ void expect_all_match(const std::map<std::string, Tensor>& golden,
     ASSERT_NE(it, actual.end()) << "no " << what << " named " << name;
     EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
     ASSERT_EQ(it->second.shape(), expected.shape()) << name;
-    EXPECT_TRUE(test::activations_close(it->second, expected, dtype)) << name;
+    EXPECT_TRUE(chained_close(it->second, expected, dtype)) << name;
     std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
   }
 }
@@ -108,6 +132,65 @@ TEST_P(AutoencoderKLParity, EncodeMatchesDiffusers) {
   }
   expect_all_match(g.outputs, actual, p.dtype, "output");
   expect_all_match(g.intermediates, capture, p.dtype, "captured activation");
+}
+
+// Each block run on the golden input of that block, compared at decision 0008's bound.
+void expect_block(const std::map<std::string, Tensor>& golden, const std::string& name,
+                  const Tensor& actual, DType dtype) {
+  auto it = golden.find(name);
+  if (it == golden.end()) return;  // not recorded by this golden
+  EXPECT_TRUE(test::activations_close(actual, it->second, dtype)) << name << " (block by block)";
+  std::cout << "  block " << name << ": " << diff_summary(actual, it->second) << "\n";
+}
+
+TEST_P(AutoencoderKLParity, DecodeBlockByBlockMatchesDiffusers) {
+  const auto& p = GetParam();
+  Golden g;
+  if (!load_golden(p, "vae.decode", &g)) GTEST_SKIP() << "missing vae.decode golden";
+  auto vae = AutoencoderKL::from_pretrained(vae_folder(p), p.dtype);
+  const auto& gi = g.intermediates;
+  const auto& dec = vae->decoder;
+  Tensor z = g.inputs.at("z");
+  if (vae->post_quant_conv) {
+    expect_block(gi, "post_quant_conv", (*vae->post_quant_conv)(z), p.dtype);
+    z = gi.at("post_quant_conv");
+  }
+  expect_block(gi, "decoder.conv_in", dec.conv_in(z), p.dtype);
+  expect_block(gi, "decoder.mid_block",
+               dec.mid_block.forward(gi.at("decoder.conv_in"), "m", nullptr), p.dtype);
+  std::string prev = "decoder.mid_block";
+  for (size_t i = 0; i < dec.up_blocks.size(); ++i) {
+    const std::string name = "decoder.up_blocks." + std::to_string(i);
+    expect_block(gi, name, dec.up_blocks[i]->forward(gi.at(prev)), p.dtype);
+    prev = name;
+  }
+  const Tensor norm_out = gi.count("decoder.conv_norm_out")
+                              ? gi.at("decoder.conv_norm_out")
+                              : dec.conv_norm_out(gi.at(prev));
+  expect_block(gi, "decoder.conv_norm_out", dec.conv_norm_out(gi.at(prev)), p.dtype);
+  expect_block(gi, "decoder.conv_out", dec.conv_out(silu(norm_out)), p.dtype);
+}
+
+TEST_P(AutoencoderKLParity, EncodeBlockByBlockMatchesDiffusers) {
+  const auto& p = GetParam();
+  Golden g;
+  if (!load_golden(p, "vae.encode", &g)) GTEST_SKIP() << "missing vae.encode golden";
+  auto vae = AutoencoderKL::from_pretrained(vae_folder(p), p.dtype);
+  const auto& gi = g.intermediates;
+  const auto& enc = vae->encoder;
+  expect_block(gi, "encoder.conv_in", enc.conv_in(g.inputs.at("sample")), p.dtype);
+  std::string prev = "encoder.conv_in";
+  for (size_t i = 0; i < enc.down_blocks.size(); ++i) {
+    const std::string name = "encoder.down_blocks." + std::to_string(i);
+    expect_block(gi, name, enc.down_blocks[i]->forward(gi.at(prev)), p.dtype);
+    prev = name;
+  }
+  expect_block(gi, "encoder.mid_block", enc.mid_block.forward(gi.at(prev), "m", nullptr),
+               p.dtype);
+  expect_block(gi, "encoder.conv_out",
+               enc.conv_out(silu(enc.conv_norm_out(gi.at("encoder.mid_block")))), p.dtype);
+  if (vae->quant_conv)
+    expect_block(gi, "quant_conv", (*vae->quant_conv)(gi.at("encoder.conv_out")), p.dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, AutoencoderKLParity,
