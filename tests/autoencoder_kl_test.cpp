@@ -2,6 +2,8 @@
 // (tests/fixtures/goldens/<pipeline>/components/vae.{decode,encode}/<dtype>/, made by
 // reference/goldens/pipeline_flux.py, pipeline_sd3.py and pipeline_flux2.py): every output and
 // every recorded intermediate, f32 and bf16; plus loading errors and config variants.
+#include "models/autoencoder_kl.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 
 #include "io/safetensors.h"
 #include "io_test_folder.h"
-#include "models/autoencoder_kl.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -67,9 +68,9 @@ std::string diff_summary(const Tensor& a, const Tensor& e) {
   }
   if (sum <= 3e-2 * ref_sum && mx <= 5e-2 * std::max(1.0, ref_max))
     return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "chained bf16 activations differ: max " << mx
-                                       << " mean " << sum / double(av.size()) << " (mean|e| "
-                                       << ref_sum / double(av.size()) << ")";
+  return ::testing::AssertionFailure()
+         << "chained bf16 activations differ: max " << mx << " mean " << sum / double(av.size())
+         << " (mean|e| " << ref_sum / double(av.size()) << ")";
 }
 
 struct Golden {
@@ -77,8 +78,8 @@ struct Golden {
 };
 
 bool load_golden(const ParityCase& p, const std::string& component, Golden* g) {
-  const std::string dir = "goldens/" + p.pipeline + "/components/" + component + "/" +
-                          dtype_name(p.dtype) + "/";
+  const std::string dir =
+      "goldens/" + p.pipeline + "/components/" + component + "/" + dtype_name(p.dtype) + "/";
   if (!test::has_fixture(dir + "outputs.safetensors")) return false;
   g->inputs = test::load_fixture(dir + "inputs.safetensors");
   g->outputs = test::load_fixture(dir + "outputs.safetensors");
@@ -99,7 +100,9 @@ void expect_all_match(const std::map<std::string, Tensor>& golden,
   }
 }
 
-std::string vae_folder(const ParityCase& p) { return test::fixture_path(p.pipeline + "/vae"); }
+std::string vae_folder(const ParityCase& p) {
+  return test::fixture_path(p.pipeline + "/vae");
+}
 
 class AutoencoderKLParity : public ::testing::TestWithParam<ParityCase> {};
 
@@ -164,9 +167,8 @@ TEST_P(AutoencoderKLParity, DecodeBlockByBlockMatchesDiffusers) {
     expect_block(gi, name, dec.up_blocks[i]->forward(gi.at(prev)), p.dtype);
     prev = name;
   }
-  const Tensor norm_out = gi.count("decoder.conv_norm_out")
-                              ? gi.at("decoder.conv_norm_out")
-                              : dec.conv_norm_out(gi.at(prev));
+  const Tensor norm_out = gi.count("decoder.conv_norm_out") ? gi.at("decoder.conv_norm_out")
+                                                            : dec.conv_norm_out(gi.at(prev));
   expect_block(gi, "decoder.conv_norm_out", dec.conv_norm_out(gi.at(prev)), p.dtype);
   expect_block(gi, "decoder.conv_out", dec.conv_out(silu(norm_out)), p.dtype);
 }
@@ -185,8 +187,7 @@ TEST_P(AutoencoderKLParity, EncodeBlockByBlockMatchesDiffusers) {
     expect_block(gi, name, enc.down_blocks[i]->forward(gi.at(prev)), p.dtype);
     prev = name;
   }
-  expect_block(gi, "encoder.mid_block", enc.mid_block.forward(gi.at(prev), "m", nullptr),
-               p.dtype);
+  expect_block(gi, "encoder.mid_block", enc.mid_block.forward(gi.at(prev), "m", nullptr), p.dtype);
   expect_block(gi, "encoder.conv_out",
                enc.conv_out(silu(enc.conv_norm_out(gi.at("encoder.mid_block")))), p.dtype);
   if (vae->quant_conv)
@@ -209,7 +210,9 @@ INSTANTIATE_TEST_SUITE_P(Goldens, AutoencoderKLParity,
 const char* kFluxVae = "flux1-schnell-tiny/vae";
 const char* kFlux2Vae = "flux2-dev-tiny/vae";
 
-bool have(const std::string& folder) { return test::has_fixture(folder + "/config.json"); }
+bool have(const std::string& folder) {
+  return test::has_fixture(folder + "/config.json");
+}
 
 // A copy of a fixture component folder; `edit` changes config.json, `rename` the tensors (an
 // empty new name drops the tensor).
@@ -263,8 +266,8 @@ TEST(AutoencoderKLErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
 
 TEST(AutoencoderKLErrors, MissingConfigKeyIsNamed) {
   if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
-  for (const char* key : {"block_out_channels", "latent_channels", "layers_per_block",
-                          "norm_num_groups"}) {
+  for (const char* key :
+       {"block_out_channels", "latent_channels", "layers_per_block", "norm_num_groups"}) {
     EditedFolder f(kFluxVae, [&](nlohmann::json& c) { c.erase(key); });
     const std::string msg = load_error(f.path());
     EXPECT_NE(msg.find(key), std::string::npos) << msg;
@@ -276,8 +279,7 @@ TEST(AutoencoderKLErrors, UnsupportedConfigValuesAreNamed) {
   if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& c) { c["act_fn"] = "mish"; }, "unsupported value act_fn='mish'"},
-      {[](nlohmann::json& c) { c["norm_num_groups"] = 3; },
-       "unsupported value norm_num_groups=3"},
+      {[](nlohmann::json& c) { c["norm_num_groups"] = 3; }, "unsupported value norm_num_groups=3"},
       {[](nlohmann::json& c) { c["down_block_types"][1] = "AttnDownEncoderBlock2D"; },
        "unsupported value down_block_types entry 'AttnDownEncoderBlock2D'"},
       {[](nlohmann::json& c) { c["up_block_types"] = {"UpDecoderBlock2D"}; },
@@ -374,14 +376,17 @@ TEST(AutoencoderKLErrors, InputsOfTheWrongShapeOrDtypeAreRefused) {
     }
     return std::string();
   };
-  EXPECT_NE(err([&] { vae->decode(Tensor::zeros({1, 4, 2, 2}, DType::f32)); })
-                .find("expected z of shape (B, 16, h, w)"),
+  EXPECT_NE(err([&] {
+              vae->decode(Tensor::zeros({1, 4, 2, 2}, DType::f32));
+            }).find("expected z of shape (B, 16, h, w)"),
             std::string::npos);
-  EXPECT_NE(err([&] { vae->decode(Tensor::zeros({1, 16, 2, 2}, DType::bf16)); })
-                .find("z is bf16 but the model is f32"),
+  EXPECT_NE(err([&] {
+              vae->decode(Tensor::zeros({1, 16, 2, 2}, DType::bf16));
+            }).find("z is bf16 but the model is f32"),
             std::string::npos);
-  EXPECT_NE(err([&] { vae->encode(Tensor::zeros({1, 4, 16, 16}, DType::f32)); })
-                .find("expected sample of shape (B, 3, H, W)"),
+  EXPECT_NE(err([&] {
+              vae->encode(Tensor::zeros({1, 4, 16, 16}, DType::f32));
+            }).find("expected sample of shape (B, 3, H, W)"),
             std::string::npos);
 }
 

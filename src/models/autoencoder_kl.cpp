@@ -31,8 +31,8 @@ std::optional<UnaryOp> activation_op(const std::string& name) {
 }
 
 // A list of block type names: every entry must be `expected` and there must be one per block.
-void check_block_types(const JsonConfig& c, const char* key, const char* expected,
-                       size_t blocks, const char* channels_key) {
+void check_block_types(const JsonConfig& c, const char* key, const char* expected, size_t blocks,
+                       const char* channels_key) {
   std::vector<std::string> types{expected};  // diffusers' default: a single block
   if (c.has(key)) types = c.get_string_list(key);
   for (const auto& t : types)
@@ -44,8 +44,8 @@ void check_block_types(const JsonConfig& c, const char* key, const char* expecte
 
 void check_channels(const JsonConfig& c, const char* key, const std::vector<int64_t>& channels,
                     int64_t groups) {
-  TESSERA_CHECK(!channels.empty(), "[AutoencoderKL] unsupported value ", key, "=[] in ",
-                c.source(), "; expected at least one block");
+  TESSERA_CHECK(!channels.empty(), "[AutoencoderKL] unsupported value ", key, "=[] in ", c.source(),
+                "; expected at least one block");
   for (int64_t ch : channels) {
     TESSERA_CHECK(ch > 0, "[AutoencoderKL] unsupported value ", key, "=", list_str(channels),
                   " in ", c.source(), "; channel counts must be positive");
@@ -105,8 +105,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const JsonConfig& c) {
   TESSERA_CHECK(activation_op(k.act_fn), "[AutoencoderKL] unsupported value act_fn='", k.act_fn,
                 "' in ", c.source(), "; supported: silu, swish, gelu, relu");
   check_channels(c, "block_out_channels", k.block_out_channels, k.norm_num_groups);
-  check_channels(c, "decoder_block_out_channels", k.decoder_block_out_channels,
-                 k.norm_num_groups);
+  check_channels(c, "decoder_block_out_channels", k.decoder_block_out_channels, k.norm_num_groups);
   check_block_types(c, "down_block_types", "DownEncoderBlock2D", k.block_out_channels.size(),
                     "block_out_channels");
   check_block_types(c, "up_block_types", "UpDecoderBlock2D", k.decoder_block_out_channels.size(),
@@ -121,9 +120,8 @@ namespace {
 
 vae::CoderShape encoder_shape(const AutoencoderKLConfig& c) {
   TESSERA_CHECK(activation_op(c.act_fn), "[AutoencoderKL] unsupported act_fn '", c.act_fn, "'");
-  return {c.in_channels,     c.latent_channels, c.block_out_channels,
-          c.layers_per_block, c.norm_num_groups, *activation_op(c.act_fn),
-          c.mid_block_add_attention};
+  return {c.in_channels,     c.latent_channels,        c.block_out_channels,     c.layers_per_block,
+          c.norm_num_groups, *activation_op(c.act_fn), c.mid_block_add_attention};
 }
 
 vae::CoderShape decoder_shape(const AutoencoderKLConfig& c) {
@@ -165,8 +163,8 @@ std::unique_ptr<AutoencoderKL> AutoencoderKL::from_pretrained(const std::string&
                 "' does not exist");
   const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
   TESSERA_CHECK(std::filesystem::exists(config_path), where, " no config.json in '", folder, "'");
-  auto model =
-      std::make_unique<AutoencoderKL>(AutoencoderKLConfig::from_json(JsonConfig::load(config_path)));
+  auto model = std::make_unique<AutoencoderKL>(
+      AutoencoderKLConfig::from_json(JsonConfig::load(config_path)));
   model->dtype_ = dtype;
   const auto source = CheckpointWeightSource::open(folder);
   LoadOptions options;

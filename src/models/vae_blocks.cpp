@@ -19,8 +19,7 @@ void record(Capture* capture, const std::string& name, const Tensor& t) {
 
 // ---- ResnetBlock2D -------------------------------------------------------------------------
 
-ResnetBlock2D::ResnetBlock2D(int64_t in_ch, int64_t out_ch, int64_t groups, double eps,
-                             UnaryOp a)
+ResnetBlock2D::ResnetBlock2D(int64_t in_ch, int64_t out_ch, int64_t groups, double eps, UnaryOp a)
     : act(a),
       norm1(groups, in_ch, eps),
       conv1(in_ch, out_ch, 3, 1, 1),
@@ -102,7 +101,9 @@ Tensor UNetMidBlock2D::forward(const Tensor& x, const std::string& path, Capture
 
 // ---- Downsample2D / Upsample2D -------------------------------------------------------------
 
-Downsample2D::Downsample2D(int64_t c) : conv(c, c, 3, 2, 0) { register_module("conv", &conv); }
+Downsample2D::Downsample2D(int64_t c) : conv(c, c, 3, 2, 0) {
+  register_module("conv", &conv);
+}
 
 Tensor Downsample2D::forward(const Tensor& x) const {
   // F.pad(x, (0, 1, 0, 1)) then conv with padding 0 is the same as asymmetric conv padding.
@@ -112,9 +113,13 @@ Tensor Downsample2D::forward(const Tensor& x) const {
   return conv.forward(x, p);
 }
 
-Upsample2D::Upsample2D(int64_t c) : conv(c, c, 3, 1, 1) { register_module("conv", &conv); }
+Upsample2D::Upsample2D(int64_t c) : conv(c, c, 3, 1, 1) {
+  register_module("conv", &conv);
+}
 
-Tensor Upsample2D::forward(const Tensor& x) const { return conv(upsample_nearest(x, 2)); }
+Tensor Upsample2D::forward(const Tensor& x) const {
+  return conv(upsample_nearest(x, 2));
+}
 
 // ---- Down / up blocks ----------------------------------------------------------------------
 

@@ -20,8 +20,7 @@ using Capture = std::map<std::string, Tensor>;
 // when the channel count changes).
 class ResnetBlock2D : public Module {
  public:
-  ResnetBlock2D(int64_t in_channels, int64_t out_channels, int64_t groups, double eps,
-                UnaryOp act);
+  ResnetBlock2D(int64_t in_channels, int64_t out_channels, int64_t groups, double eps, UnaryOp act);
   Tensor forward(const Tensor& x) const;
   UnaryOp act;
   nn::GroupNorm norm1;
@@ -79,8 +78,8 @@ class DownEncoderBlock2D : public Module {
 
 class UpDecoderBlock2D : public Module {
  public:
-  UpDecoderBlock2D(int64_t in_channels, int64_t out_channels, int64_t num_layers,
-                   bool add_upsample, int64_t groups, double eps, UnaryOp act);
+  UpDecoderBlock2D(int64_t in_channels, int64_t out_channels, int64_t num_layers, bool add_upsample,
+                   int64_t groups, double eps, UnaryOp act);
   Tensor forward(const Tensor& x) const;
   std::vector<std::unique_ptr<ResnetBlock2D>> resnets;
   std::vector<std::unique_ptr<Upsample2D>> upsamplers;  // empty in the last block
