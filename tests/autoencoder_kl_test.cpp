@@ -349,6 +349,31 @@ TEST(AutoencoderKL, WithoutMidBlockAttentionDropsTheAttentionWeights) {
   EXPECT_NE(load_error(g.path()).find("mid_block.attentions.0"), std::string::npos);
 }
 
+TEST(AutoencoderKL, LoadsDeprecatedAttentionNames) {
+  // Older VAE checkpoints name the mid-block attention query/key/value/proj_attn.
+  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  EditedFolder old(
+      kFluxVae, [](nlohmann::json&) {},
+      [](const std::string& k) {
+        std::string n = k;
+        for (const auto& [a, b] :
+             std::vector<std::pair<std::string, std::string>>{{".to_q.", ".query."},
+                                                              {".to_k.", ".key."},
+                                                              {".to_v.", ".value."},
+                                                              {".to_out.0.", ".proj_attn."}}) {
+          const size_t p = n.find(a);
+          if (p != std::string::npos) n = n.substr(0, p) + b + n.substr(p + a.size());
+        }
+        return n;
+      });
+  auto a = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
+  auto b = AutoencoderKL::from_pretrained(old.path(), DType::f32);
+  std::vector<float> v(16 * 2 * 3);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(0.21f * float(i));
+  const Tensor z = Tensor::from_floats(v, {1, 16, 2, 3});
+  EXPECT_TRUE(test::bit_equal(b->decode(z), a->decode(z)));
+}
+
 TEST(AutoencoderKL, BatchesDecodeAsSingleImages) {
   // The attention copies tokens for B > 1; each image must decode as it does alone.
   if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
