@@ -33,21 +33,7 @@ std::string case_name(const ::testing::TestParamInfo<ParityCase>& info) {
   return n;
 }
 
-// Max and mean |a - e|, for the log (the numbers the report quotes).
-std::string diff_summary(const Tensor& a, const Tensor& e) {
-  const auto av = a.to_floats(), ev = e.to_floats();
-  double mx = 0, sum = 0, ref = 0;
-  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
-    const double d = std::fabs(double(av[i]) - double(ev[i]));
-    mx = std::max(mx, d);
-    sum += d;
-    ref = std::max(ref, std::fabs(double(ev[i])));
-  }
-  std::ostringstream os;
-  os << "max " << mx << " mean " << sum / double(std::max<size_t>(av.size(), 1)) << " (max|e| "
-     << ref << ")";
-  return os.str();
-}
+using test::diff_summary;
 
 // bf16 outputs of a whole chain: this tiny random-weight VAE amplifies any bf16 rounding flip.
 // One probability rounding that differs in the mid-block attention (0.05% mean, the attention
@@ -246,12 +232,7 @@ class EditedFolder {
 };
 
 std::string load_error(const std::string& folder, DType dtype = DType::f32) {
-  try {
-    AutoencoderKL::from_pretrained(folder, dtype);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_message([&] { AutoencoderKL::from_pretrained(folder, dtype); });
 }
 
 TEST(AutoencoderKLErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {

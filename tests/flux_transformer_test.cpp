@@ -42,21 +42,7 @@ FluxTransformerInputs inputs_from(const std::map<std::string, Tensor>& t) {
           get("guidance")};
 }
 
-// Max and mean |a - e|, for the log (the numbers the report quotes).
-std::string diff_summary(const Tensor& a, const Tensor& e) {
-  const auto av = a.to_floats(), ev = e.to_floats();
-  double mx = 0, sum = 0, ref = 0;
-  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
-    const double d = std::fabs(double(av[i]) - double(ev[i]));
-    mx = std::max(mx, d);
-    sum += d;
-    ref = std::max(ref, std::fabs(double(ev[i])));
-  }
-  std::ostringstream os;
-  os << "max " << mx << " mean " << sum / double(std::max<size_t>(av.size(), 1)) << " (max|e| "
-     << ref << ")";
-  return os.str();
-}
+using test::diff_summary;
 
 class FluxTransformerParity : public ::testing::TestWithParam<ParityCase> {};
 
@@ -116,12 +102,7 @@ class EditedFolder {
 };
 
 std::string load_error(const std::string& folder, DType dtype = DType::f32) {
-  try {
-    FluxTransformer2DModel::from_pretrained(folder, dtype);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_message([&] { FluxTransformer2DModel::from_pretrained(folder, dtype); });
 }
 
 bool have_tiny(const char* pipeline) {

@@ -105,6 +105,21 @@ static ::testing::AssertionResult same_shape(const Tensor& a, const Tensor& e) {
          << ", max |expected| " << max_ref;
 }
 
+std::string diff_summary(const Tensor& a, const Tensor& e) {
+  const auto av = a.to_floats(), ev = e.to_floats();
+  double mx = 0, sum = 0, ref = 0;
+  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
+    const double d = std::fabs(double(av[i]) - double(ev[i]));
+    mx = std::max(mx, d);
+    sum += d;
+    ref = std::max(ref, std::fabs(double(ev[i])));
+  }
+  std::ostringstream os;
+  os << "max " << mx << " mean " << sum / double(std::max<size_t>(av.size(), 1)) << " (max|e| "
+     << ref << ")";
+  return os.str();
+}
+
 ::testing::AssertionResult bit_equal(const Tensor& actual, const Tensor& expected) {
   if (auto r = same_shape(actual, expected); !r) return r;
   if (actual.dtype() != expected.dtype())

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "runtime/error.h"
 #include "runtime/tensor.h"
 
 namespace tessera::test {
@@ -28,6 +29,20 @@ std::map<std::string, Tensor> load_fixture(const std::string& relative);
 // bf16: mean |a - e| <= 1e-2 * mean|e| and max |a - e| <= 5e-2 * max(1, max|e|).
 ::testing::AssertionResult activations_close(const Tensor& actual, const Tensor& expected,
                                              DType compute_dtype);
+// "max <max |a-e|> mean <mean |a-e|> (max|e| <max |e|>)", for logs and issue notes.
+std::string diff_summary(const Tensor& actual, const Tensor& expected);
+
+// The message of the tessera::Error that `f` throws, or "" when it throws none.
+template <typename F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Bit-for-bit equality (same dtype, same shape, same bytes).
 ::testing::AssertionResult bit_equal(const Tensor& actual, const Tensor& expected);
 
