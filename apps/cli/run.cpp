@@ -167,12 +167,19 @@ void run_component(const ComponentInfo& c, const std::string& method, DType dtyp
     if (method == "decode") {
       (*out)["sample"] = vae->decode(get("z"), capture);
     } else {
-      // AutoencoderKLOutput.latent_dist, flattened as the goldens name its fields.
+      // AutoencoderKLOutput.latent_dist, flattened as the goldens name its fields (mode() too).
       const DiagonalGaussianDistribution d = vae->encode(get("sample"), capture);
       (*out)["latent_dist.parameters"] = d.parameters;
       (*out)["latent_dist.mean"] = d.mean;
       (*out)["latent_dist.logvar"] = d.logvar;
       (*out)["latent_dist.std"] = d.std;
+      (*out)["latent_dist.var"] = d.var;
+      (*out)["latent_dist.mode"] = d.mode();
+      if (vae->config().is_flux2()) {
+        // The BatchNorm statistics Flux2 pipelines normalise latents with, as the goldens keep.
+        (*out)["bn.running_mean"] = vae->bn_running_mean;
+        (*out)["bn.running_var"] = vae->bn_running_var;
+      }
     }
   }
 }
