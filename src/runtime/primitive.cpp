@@ -4,6 +4,9 @@
 #include <cstring>
 
 #include "runtime/error.h"
+#include "runtime/graph.h"
+#include "runtime/modes.h"
+#include "runtime/stream.h"
 
 namespace tessera {
 namespace {
@@ -39,13 +42,35 @@ std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
                     device.str(), " and ", t.device().str());
     }
   }
+  ++g_ops_dispatched;
+  // Kernels that dispatch ops themselves (contiguous() inside eval) run them inline.
+  const bool nested = in_graph_execution() || Stream::on_worker();
+  if (!nested && device.type == DeviceType::cpu && eager_mode() == EagerMode::DeferAndFuse)
+    return record_op(std::move(p), inputs, outputs, device);
+  std::vector<Tensor> ins;
+  ins.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    if (!t.impl()->storage && t.impl()->pending) t.storage();  // recorded earlier: materialise
+    ins.push_back(t);
+  }
   std::vector<Tensor> outs;
   outs.reserve(outputs.size());
   for (const auto& spec : outputs) outs.push_back(Tensor::empty(spec.shape, spec.dtype, device));
-  ++g_ops_dispatched;
+  if (device.type == DeviceType::cpu && !nested) {
+    Stream& s = cpu_stream();
+    if (s.async()) {
+      Primitive* raw = p.get();
+      const uint64_t seq = s.submit(raw->name(), [p = std::move(p), ins, outs]() mutable {
+        p->eval_cpu(ins, outs);
+      });
+      for (const auto& t : ins) t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
+      for (const auto& t : outs) t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
+      return outs;
+    }
+  }
   switch (device.type) {
-    case DeviceType::cpu: p->eval_cpu(inputs, outs); break;
-    case DeviceType::cuda: p->eval_cuda(inputs, outs); break;
+    case DeviceType::cpu: p->eval_cpu(ins, outs); break;
+    case DeviceType::cuda: p->eval_cuda(ins, outs); break;
     default: TESSERA_FAIL("[", p->name(), "] no backend for device ", device.str(), " in this build");
   }
   return outs;
@@ -58,6 +83,9 @@ Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, const Tensor
 DispatchStats dispatch_stats() { return {g_ops_dispatched.load()}; }
 void reset_dispatch_stats() { g_ops_dispatched = 0; }
 
-void synchronize(const Device&) {}
+void synchronize(const Device& device) {
+  materialize_pending_graph();
+  if (device.type == DeviceType::cpu) cpu_stream().synchronize();
+}
 
 }  // namespace tessera

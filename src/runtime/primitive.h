@@ -57,7 +57,8 @@ struct DispatchStats {
 DispatchStats dispatch_stats();
 void reset_dispatch_stats();
 
-// Waits for all queued work on `device` (strict eager on CPU runs inline; kept for the API).
+// A sync point: runs what deferred mode recorded and waits for the queued work on `device`;
+// throws the error of a queued op that failed.
 void synchronize(const Device& device = Device::cpu());
 
 }  // namespace tessera

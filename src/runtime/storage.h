@@ -1,7 +1,9 @@
 // A block of device memory: owned (from the device allocator) or borrowed (an mmapped file
 // region kept alive by `keepalive`).
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "runtime/device.h"
@@ -21,6 +23,10 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
   bool owned() const { return !keepalive_; }
+
+  // The last op queued on the asynchronous stream that reads or writes this block (0: none);
+  // host access waits for it (runtime/stream.h).
+  std::atomic<uint64_t> stream_seq{0};
 
  private:
   Storage() = default;

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/graph.h"
+#include "runtime/stream.h"
 
 namespace tessera {
 
@@ -101,9 +103,16 @@ std::string Tensor::describe() const {
   return std::string(dtype_name(dtype())) + shape_str(shape());
 }
 
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  if (impl_ && !impl_->storage && impl_->pending) resolve_pending(*impl_);
+  return impl_->storage;
+}
+
 void* Tensor::raw_data() const {
   TESSERA_CHECK(defined(), "[data] tensor is undefined");
+  if (!impl_->storage && impl_->pending) resolve_pending(*impl_);
   TESSERA_CHECK(impl_->storage, "[data] tensor has no storage yet (pending)");
+  wait_for_storage(*impl_->storage);
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(dtype_size(dtype()));
 }
 
@@ -279,8 +288,9 @@ Tensor Tensor::bitcast(DType t) const {
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<size_t>(numel()));
   const size_t es = dtype_size(dtype());
-  const char* base = static_cast<const char*>(impl_->storage ? impl_->storage->data() : nullptr);
-  TESSERA_CHECK(base, "[to_floats] tensor has no storage yet (pending)");
+  if (numel() == 0) return out;
+  // raw_data() is the sync point; base is element 0 of the storage.
+  const char* base = static_cast<const char*>(raw_data()) - offset() * int64_t(es);
   size_t i = 0;
   for_each_offset(shape(), strides(), offset(), [&](int64_t off) {
     convert_elements(base + off * int64_t(es), dtype(), &out[i++], DType::f32, 1);
@@ -291,8 +301,9 @@ std::vector<float> Tensor::to_floats() const {
 std::vector<int64_t> Tensor::to_ints() const {
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   const size_t es = dtype_size(dtype());
-  const char* base = static_cast<const char*>(impl_->storage ? impl_->storage->data() : nullptr);
-  TESSERA_CHECK(base, "[to_ints] tensor has no storage yet (pending)");
+  if (numel() == 0) return out;
+  // raw_data() is the sync point; base is element 0 of the storage.
+  const char* base = static_cast<const char*>(raw_data()) - offset() * int64_t(es);
   size_t i = 0;
   for_each_offset(shape(), strides(), offset(), [&](int64_t off) {
     if (is_floating(dtype())) {

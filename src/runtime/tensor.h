@@ -19,8 +19,11 @@ std::string shape_str(const Shape& s);  // "(1, 16, 64)"
 int64_t shape_numel(const Shape& s);
 Strides contiguous_strides(const Shape& s);
 
+struct PendingOutput;  // runtime/graph.h: the recorded op output a pending tensor views
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;  // null while pending (deferred/compiled modes)
+  std::shared_ptr<PendingOutput> pending;  // set while storage is null in deferred mode
   int64_t offset = 0;                // in elements
   Shape shape;
   Strides strides;
@@ -57,11 +60,13 @@ class Tensor {
   int64_t offset() const { return impl_->offset; }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype()); }
   bool is_contiguous() const;
-  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  // Materialises a pending tensor (deferred mode) first.
+  const std::shared_ptr<Storage>& storage() const;
   const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
   std::string describe() const;  // "bf16(1, 16, 64)"
 
-  // Pointer to element 0 (materialised CPU tensors only).
+  // Pointer to element 0: a sync point (materialises a pending tensor, waits for the op that
+  // writes it on an asynchronous stream).
   void* raw_data() const;
   template <typename T>
   T* data() const {

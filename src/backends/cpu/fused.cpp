@@ -1,0 +1,160 @@
+// CPU evaluation of a FusedKernel: per block of rows, row-wise ops (norms) run into a small
+// scratch, then each chunk of a row evaluates the program in fp32 registers-in-buffers and
+// stores only the kernel's outputs. Values round to their op's dtype where the op would store.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/elementwise_kernels.h"
+#include "runtime/fusion.h"
+#include "runtime/parallel.h"
+
+namespace tessera {
+
+void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const Shape& shape = out[0].shape();
+  const int64_t nd = int64_t(shape.size());
+  const int64_t total = shape_numel(shape);
+  if (total == 0) return;
+  const int64_t d = nd ? shape.back() : 1;
+  const int64_t rows = total / d;
+  const size_t nin = in.size(), nval = prog_.size();
+
+  // Operand strides aligned to the output shape (0 where broadcast).
+  std::vector<char> used(nin, 0);
+  for (const auto& i : prog_) {
+    if (i.kind == FusedInstr::rowwise) continue;
+    if (i.a.is_input) used[i.a.index] = 1;
+    if (i.kind == FusedInstr::binary && i.b.is_input) used[i.b.index] = 1;
+  }
+  std::vector<Strides> st(nin, Strides(size_t(nd), 0));
+  std::vector<const char*> base(nin, nullptr);
+  for (size_t k = 0; k < nin; ++k) {
+    if (!used[k]) continue;
+    const Tensor& t = in[k];
+    const int64_t lead = nd - t.ndim();
+    for (int64_t j = 0; j < nd; ++j) {
+      const int64_t tj = j - lead;
+      st[k][j] = (tj < 0 || t.shape()[tj] == 1) ? 0 : t.strides()[tj];
+    }
+    base[k] = static_cast<const char*>(t.raw_data());
+  }
+  std::vector<char*> obase(out.size());
+  for (size_t q = 0; q < out.size(); ++q) obase[q] = static_cast<char*>(out[q].raw_data());
+
+  const EwKernels& K = ew_kernels();
+  const int64_t block = std::max<int64_t>(1, 16384 / d);
+  const int64_t nblocks = (rows + block - 1) / block;
+  parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> vals(nval * kEwChunk), bufs(nin * kEwChunk);
+    std::vector<std::vector<char>> scratch(nval);
+    std::vector<int64_t> roff(nin, 0);
+    std::vector<const float*> lp(nin);
+    std::vector<int64_t> ls(nin);
+    std::vector<char> loaded(nin);
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
+      for (size_t v = 0; v < nval; ++v) {
+        const FusedInstr& I = prog_[v];
+        if (I.kind != FusedInstr::rowwise) continue;
+        scratch[v].resize(size_t((r1 - r0) * d) * dtype_size(I.dtype));
+        std::vector<Tensor> rin;
+        for (size_t j = 0; j < I.row_inputs.size(); ++j) {
+          const Tensor& t = in[I.row_inputs[j]];
+          rin.push_back(j == 0 ? t.view({rows, d}).slice(0, r0, r1) : t);
+        }
+        std::vector<Tensor> rout{
+            Tensor::from_blob(scratch[v].data(), {r1 - r0, d}, I.dtype, nullptr)};
+        I.row_prim->eval_cpu(rin, rout);
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        for (size_t k = 0; k < nin; ++k) {
+          if (!used[k]) continue;
+          int64_t off = 0, rem = r;
+          for (int64_t j = nd - 2; j >= 0; --j) {
+            off += (rem % shape[j]) * st[k][j];
+            rem /= shape[j];
+          }
+          roff[k] = off;
+        }
+        for (int64_t c0 = 0; c0 < d; c0 += kEwChunk) {
+          const int64_t n = std::min(kEwChunk, d - c0);
+          std::fill(loaded.begin(), loaded.end(), 0);
+          auto fetch = [&](const FusedOperand& o, const float** p, int64_t* s) {
+            if (!o.is_input) {
+              *p = vals.data() + size_t(o.index) * kEwChunk;
+              *s = 1;
+              return;
+            }
+            const int k = o.index;
+            if (!loaded[k]) {
+              const Tensor& t = in[k];
+              const size_t es = dtype_size(t.dtype());
+              const int64_t inner = nd ? st[k][nd - 1] : 0;
+              float* buf = bufs.data() + size_t(k) * kEwChunk;
+              const char* src = base[k] + (roff[k] + c0 * inner) * int64_t(es);
+              if (inner == 1) {
+                lp[k] = ew_load(src, t.dtype(), n, buf);
+                ls[k] = 1;
+              } else if (inner == 0) {
+                lp[k] = ew_load(src, t.dtype(), 1, buf);
+                ls[k] = 0;
+              } else {
+                for (int64_t i = 0; i < n; ++i)
+                  convert_elements(src + i * inner * int64_t(es), t.dtype(), buf + i, DType::f32,
+                                   1);
+                lp[k] = buf;
+                ls[k] = 1;
+              }
+              loaded[k] = 1;
+            }
+            *p = lp[k];
+            *s = ls[k];
+          };
+          for (size_t v = 0; v < nval; ++v) {
+            const FusedInstr& I = prog_[v];
+            float* o = vals.data() + v * kEwChunk;
+            const float *pa = nullptr, *pb = nullptr;
+            int64_t sa = 0, sb = 0;
+            switch (I.kind) {
+              case FusedInstr::binary:
+                fetch(I.a, &pa, &sa);
+                fetch(I.b, &pb, &sb);
+                K.binary(I.bop, pa, sa, pb, sb, o, n);
+                break;
+              case FusedInstr::binary_scalar:
+                fetch(I.a, &pa, &sa);
+                if (I.scalar_first)
+                  K.binary(I.bop, &I.scalar, 0, pa, sa, o, n);
+                else
+                  K.binary(I.bop, pa, sa, &I.scalar, 0, o, n);
+                break;
+              case FusedInstr::unary:
+                fetch(I.a, &pa, &sa);
+                if (sa == 0) {
+                  std::fill(o, o + n, pa[0]);
+                  pa = o;
+                }
+                K.unary(I.uop, pa, o, n, I.dtype == DType::bf16);
+                break;
+              case FusedInstr::rowwise: {
+                const char* src =
+                    scratch[v].data() + ((r - r0) * d + c0) * int64_t(dtype_size(I.dtype));
+                const float* f = ew_load(src, I.dtype, n, o);
+                if (f != o) std::memcpy(o, f, size_t(n) * 4);
+                break;
+              }
+            }
+            ew_round_through(o, I.dtype, n);
+          }
+          for (size_t q = 0; q < out.size(); ++q) {
+            const size_t es = dtype_size(out[q].dtype());
+            ew_store(vals.data() + size_t(out_values_[q]) * kEwChunk,
+                     obase[q] + (r * d + c0) * int64_t(es), out[q].dtype(), n);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tessera

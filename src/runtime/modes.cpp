@@ -1,0 +1,110 @@
+#include "runtime/modes.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "runtime/graph.h"
+#include "runtime/primitive.h"
+#include "runtime/stream.h"
+
+namespace tessera {
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+std::atomic<int>& mode_state() {
+  static std::atomic<int> m{env_flag("TESSERA_DEFER_AND_FUSE") ? int(EagerMode::DeferAndFuse)
+                                                               : int(EagerMode::DeferNever)};
+  return m;
+}
+std::atomic<bool>& async_state() {
+  static std::atomic<bool> a{env_flag("TESSERA_ASYNC_DISPATCH")};
+  return a;
+}
+std::atomic<bool>& blocking_state() {
+  static std::atomic<bool> b{env_flag("TESSERA_LAUNCH_BLOCKING")};
+  return b;
+}
+
+std::mutex g_mu;
+ModeStats g_stats;
+
+}  // namespace
+
+void set_eager_mode(EagerMode mode) {
+  if (eager_mode() == EagerMode::DeferAndFuse && mode != EagerMode::DeferAndFuse)
+    materialize_pending_graph();
+  mode_state() = int(mode);
+}
+EagerMode eager_mode() {
+  return EagerMode(mode_state().load(std::memory_order_relaxed));
+}
+const char* eager_mode_name(EagerMode mode) {
+  return mode == EagerMode::DeferAndFuse ? "defer" : "eager";
+}
+
+void set_async_dispatch(bool on) {
+  if (!on) cpu_stream().synchronize();
+  async_state() = on;
+}
+bool async_dispatch() {
+  return async_state().load(std::memory_order_relaxed);
+}
+void set_launch_blocking(bool on) {
+  if (on) cpu_stream().synchronize();
+  blocking_state() = on;
+}
+bool launch_blocking() {
+  return blocking_state().load(std::memory_order_relaxed);
+}
+
+ModeStats mode_stats() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  ModeStats s = g_stats;
+  s.mode = eager_mode_name(eager_mode());
+  s.ops_dispatched = dispatch_stats().ops_dispatched;
+  return s;
+}
+
+void reset_mode_stats() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats = ModeStats();
+  reset_dispatch_stats();
+}
+
+std::string mode_stats_json(const ModeStats& s) {
+  std::ostringstream os;
+  os << "{\"mode\": \"" << s.mode << "\", \"compiles\": " << s.compiles
+     << ", \"cache_hits\": " << s.cache_hits << ", \"compile_seconds\": " << s.compile_seconds
+     << ", \"fused_kernels\": " << s.fused_kernels << ", \"ops_dispatched\": " << s.ops_dispatched
+     << ", \"segments\": " << s.segments << "}";
+  return os.str();
+}
+
+namespace detail {
+void note_compile(double seconds) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.compiles++;
+  g_stats.compile_seconds += seconds;
+}
+void note_cache_hit() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.cache_hits++;
+}
+void note_fused_kernels(int64_t n) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.fused_kernels += n;
+}
+void note_segment() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.segments++;
+}
+}  // namespace detail
+
+}  // namespace tessera

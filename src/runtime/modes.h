@@ -1,0 +1,48 @@
+// Execution modes and their statistics. Strict eager (DeferNever) runs each op on the device
+// stream; DeferAndFuse records ops into a graph and, at a sync point, fuses and runs the
+// segment (runtime/graph.h). See docs/decisions/0009-execution-modes.md.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+enum class EagerMode : uint8_t { DeferNever, DeferAndFuse };
+
+// Default: DeferAndFuse when TESSERA_DEFER_AND_FUSE=1, else DeferNever. Switching away from
+// DeferAndFuse materialises what was recorded.
+void set_eager_mode(EagerMode mode);
+EagerMode eager_mode();
+const char* eager_mode_name(EagerMode mode);  // "eager", "defer"
+
+// Strict eager on an asynchronous stream (one worker thread). Off by default on CPU (decision
+// 0009); TESSERA_ASYNC_DISPATCH=1 turns it on. Turning it off synchronizes first.
+void set_async_dispatch(bool on);
+bool async_dispatch();
+// TESSERA_LAUNCH_BLOCKING=1: every op runs synchronously, so an error appears at its op.
+void set_launch_blocking(bool on);
+bool launch_blocking();
+
+struct ModeStats {
+  std::string mode;            // "eager" or "defer"
+  int64_t compiles = 0;        // segment plans built (fusion + memory plan)
+  int64_t cache_hits = 0;      // segments that reused a cached plan
+  double compile_seconds = 0;  // time spent building plans
+  int64_t fused_kernels = 0;   // fused kernels run (each replaces two or more ops)
+  int64_t ops_dispatched = 0;  // ops that went through dispatch()
+  int64_t segments = 0;        // deferred segments materialised
+};
+ModeStats mode_stats();
+void reset_mode_stats();
+// {"mode": ..., "compiles": ..., ...} for the CLI's --report.
+std::string mode_stats_json(const ModeStats& s);
+
+namespace detail {
+// Counters bumped by the graph executor.
+void note_compile(double seconds);
+void note_cache_hit();
+void note_fused_kernels(int64_t n);
+void note_segment();
+}  // namespace detail
+
+}  // namespace tessera

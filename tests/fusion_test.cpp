@@ -1,0 +1,143 @@
+// Structure of deferred mode's fusion: which ops become one kernel, and what gets allocated.
+#include <gtest/gtest.h>
+
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/norm.h"
+#include "runtime/allocator.h"
+#include "runtime/graph.h"
+#include "runtime/modes.h"
+#include "runtime/random.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+class Fusion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_ = eager_mode();
+    set_eager_mode(EagerMode::DeferNever);
+    set_repeat_heuristic(false);  // one segment per test, cut at the read
+  }
+  void TearDown() override {
+    set_eager_mode(saved_);
+    set_repeat_heuristic(true);
+  }
+  EagerMode saved_;
+};
+
+Tensor rnd(const Shape& s, DType dt, uint64_t seed) {
+  Generator g(seed);
+  return randn(s, dt, g);
+}
+
+int64_t allocs() {
+  return cpu_allocator().stats().alloc_count;
+}
+
+TEST_F(Fusion, NormModulateActivationIsOneKernelWithNoIntermediates) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = rnd({2, 9, 96}, dt, 1), shift = rnd({2, 1, 96}, dt, 2);
+    const Tensor scale1 = rnd({2, 1, 96}, dt, 3) + 1.0;  // (1 + scale), computed eagerly
+    const Tensor ref = silu(layer_norm(x, Tensor(), Tensor(), 1e-6) * scale1 + shift);
+    set_eager_mode(EagerMode::DeferAndFuse);
+    const Tensor y = silu(layer_norm(x, Tensor(), Tensor(), 1e-6) * scale1 + shift);
+    const int64_t before = allocs();
+    synchronize();
+    const int64_t used = allocs() - before;
+    const SegmentReport r = last_segment_report();
+    set_eager_mode(EagerMode::DeferNever);
+    EXPECT_EQ(r.nodes, 4);
+    EXPECT_EQ(r.kernels, 1);
+    EXPECT_EQ(r.fused_kernels, 1);
+    EXPECT_EQ(r.fused_ops, 4);
+    EXPECT_EQ(r.allocations, 1);
+    EXPECT_EQ(used, 1) << "only the chain's output is allocated";
+    EXPECT_TRUE(test::bit_equal(y, ref));
+  }
+}
+
+TEST_F(Fusion, IntermediateHeldByTheUserIsKept) {
+  const Tensor x = rnd({3, 50}, DType::f32, 4);
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const Tensor a = x * 2.0;
+  const Tensor b = exp(a) + 1.0;
+  const int64_t before = allocs();
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  EXPECT_EQ(allocs() - before, 2);
+  EXPECT_EQ(r.kernels, 1);
+  set_eager_mode(EagerMode::DeferNever);
+  EXPECT_TRUE(test::bit_equal(a, x * 2.0));
+  EXPECT_TRUE(test::bit_equal(b, exp(x * 2.0) + 1.0));
+}
+
+TEST_F(Fusion, BroadcastOperandsAndShapeChangesSplitGroups) {
+  const Tensor x = rnd({4, 1, 16}, DType::f32, 5), y = rnd({4, 8, 16}, DType::f32, 6);
+  auto f = [&] {
+    const Tensor small = sigmoid(x) * 3.0;  // shape (4, 1, 16): its own group
+    return tanh(y - small) * small;         // (4, 8, 16): one group reading `small` broadcast
+  };
+  const Tensor ref = f();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const Tensor out = f();
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  EXPECT_EQ(r.kernels, 2);
+  EXPECT_EQ(r.fused_kernels, 2);
+  EXPECT_TRUE(test::bit_equal(out, ref));
+}
+
+TEST_F(Fusion, NonElementwiseOpsBreakChainsButKeepResults) {
+  const Tensor x = rnd({6, 32}, DType::f32, 7), w = rnd({32, 32}, DType::f32, 8);
+  auto f = [&] {
+    const Tensor h = gelu(x * 0.5 + 1.0);
+    const Tensor m = linear(h, w);
+    return silu(m) + x;
+  };
+  const Tensor ref = f();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const Tensor out = f();
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  EXPECT_EQ(r.kernels, 3);  // fused(mul,add,gelu), linear, fused(silu,add)
+  EXPECT_EQ(r.fused_kernels, 2);
+  EXPECT_TRUE(test::bit_equal(out, ref));
+}
+
+TEST_F(Fusion, ViewOfAnIntermediateIsMaterialised) {
+  const Tensor x = rnd({8, 8}, DType::f32, 9);
+  auto f = [&] {
+    const Tensor a = exp(x) * 0.25;
+    return a.transpose(0, 1) + a;  // reads `a` through a transposed view
+  };
+  const Tensor ref = f();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const Tensor out = f();
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  EXPECT_EQ(r.kernels, 2);
+  EXPECT_TRUE(test::bit_equal(out, ref));
+}
+
+TEST_F(Fusion, FusionOffRunsEveryOp) {
+  const Tensor x = rnd({5, 5}, DType::bf16, 10);
+  set_fusion_enabled(false);
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const Tensor y = silu(x * 2.0 + 1.0);
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  set_fusion_enabled(true);
+  EXPECT_EQ(r.kernels, 3);
+  EXPECT_EQ(r.fused_kernels, 0);
+  EXPECT_TRUE(test::bit_equal(y, silu(x * 2.0 + 1.0)));
+}
+
+}  // namespace
+}  // namespace tessera
