@@ -13,13 +13,14 @@
 #include "pipelines/flux_pipeline.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
+#include "runtime/modes.h"
 
 namespace tessera::cli {
 namespace {
 
 struct GenerateOptions {
   std::string model, prompt, prompt_2, output = "tessera.png", report, dtype = "f32",
-                                       device = "cpu";
+                                       device = "cpu", mode;
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<double> guidance;
@@ -73,6 +74,12 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "tessera: using the bundled default model %s%s\n", model.c_str(),
                  test_pipeline ? " (tiny random-weight test pipeline: the image is noise)" : "");
 
+  // --mode overrides TESSERA_DEFER_AND_FUSE; compiled mode is not built yet (issue 5).
+  TESSERA_CHECK(o.mode != "compile",
+                "--mode compile is not available yet; use --mode eager or --mode defer");
+  if (o.mode == "eager") set_eager_mode(EagerMode::DeferNever);
+  if (o.mode == "defer") set_eager_mode(EagerMode::DeferAndFuse);
+  reset_mode_stats();
   PipelineLoadOptions load;
   load.dtype = dtype_from_name(o.dtype);
   load.device = Device::parse(o.device);
@@ -138,6 +145,7 @@ int run_generate(const GenerateOptions& o) {
           {"total", load_seconds + out.times.encode_seconds + step_total +
                         out.times.decode_seconds}}},
         {"memory", {{"peak_host_bytes", cpu_allocator().stats().peak_bytes}}},
+        {"modes", nlohmann::json::parse(mode_stats_json(mode_stats()))},
     };
     std::ofstream f(o.report);
     TESSERA_CHECK(f && (f << r.dump(2) << "\n"), "cannot write report '", o.report, "'");
@@ -169,6 +177,9 @@ void register_generate(CLI::App& app, Runner& run) {
       ->check(CLI::Range(1, 512));
   sub->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--device", o->device, "execution device (cpu)");
+  sub->add_option("--mode", o->mode,
+                  "execution mode: eager (strict, default) or defer (deferred and fused)")
+      ->check(CLI::IsMember({"eager", "defer", "compile"}));
   sub->add_option("--output,-o", o->output, "output PNG (with --num-images N: name-0.png ...)");
   sub->add_option("--report", o->report, "write a JSON report: times per stage, peak memory");
   sub->callback([o, &run] { run = [o] { return run_generate(*o); }; });
