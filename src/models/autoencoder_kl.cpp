@@ -60,40 +60,22 @@ void require_positive(const JsonConfig& c, const char* key, int64_t v) {
 }
 
 // Older checkpoints name the mid-block attention query/key/value/proj_attn; diffusers renames
-// them to to_q/to_k/to_v/to_out.0 on load, and so does this source.
-class DeprecatedAttentionNames final : public WeightSource {
- public:
-  explicit DeprecatedAttentionNames(const WeightSource& base) : base_(base) {}
-  bool contains(const std::string& name) const override { return base_.contains(source(name)); }
-  Tensor get(const std::string& name) const override { return base_.get(source(name)); }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& n : base_.names()) out.push_back(renamed(n, kOld, kNew));
-    return out;
-  }
-  std::string describe() const override { return base_.describe(); }
+// them to to_q/to_k/to_v/to_out.0 on load, and so does load_weights here.
+constexpr const char* kOldAttentionNames[] = {".query.", ".key.", ".value.", ".proj_attn."};
+constexpr const char* kNewAttentionNames[] = {".to_q.", ".to_k.", ".to_v.", ".to_out.0."};
 
- private:
-  static constexpr const char* kOld[] = {".query.", ".key.", ".value.", ".proj_attn."};
-  static constexpr const char* kNew[] = {".to_q.", ".to_k.", ".to_v.", ".to_out.0."};
-  // `name` with its first from[i] replaced by to[i], inside a mid-block attention only.
-  static std::string renamed(const std::string& name, const char* const* from,
-                             const char* const* to) {
-    const size_t at = name.find(".mid_block.attentions.");
-    if (at == std::string::npos) return name;
-    for (int i = 0; i < 4; ++i) {
-      const size_t p = name.find(from[i], at);
-      if (p != std::string::npos)
-        return name.substr(0, p) + to[i] + name.substr(p + std::string(from[i]).size());
-    }
-    return name;
+// `name` with its first from[i] replaced by to[i], inside a mid-block attention only.
+std::string renamed_attention(const std::string& name, const char* const* from,
+                              const char* const* to) {
+  const size_t at = name.find(".mid_block.attentions.");
+  if (at == std::string::npos) return name;
+  for (int i = 0; i < 4; ++i) {
+    const size_t p = name.find(from[i], at);
+    if (p != std::string::npos)
+      return name.substr(0, p) + to[i] + name.substr(p + std::string(from[i]).size());
   }
-  std::string source(const std::string& name) const {
-    if (base_.contains(name)) return name;
-    return renamed(name, kNew, kOld);
-  }
-  const WeightSource& base_;
-};
+  return name;
+}
 
 }  // namespace
 
@@ -203,7 +185,15 @@ std::unique_ptr<AutoencoderKL> AutoencoderKL::from_pretrained(const std::string&
       AutoencoderKLConfig::from_json(JsonConfig::load(config_path)));
   model->dtype_ = dtype;
   const auto checkpoint = CheckpointWeightSource::open(folder);
-  const DeprecatedAttentionNames source(checkpoint);
+  const RenamedWeightSource source(
+      checkpoint,
+      [&](const std::string& n) {
+        return checkpoint.contains(n) ? n
+                                      : renamed_attention(n, kNewAttentionNames, kOldAttentionNames);
+      },
+      [](const std::string& n) {
+        return renamed_attention(n, kOldAttentionNames, kNewAttentionNames);
+      });
   LoadOptions options;
   options.dtype = dtype;
   std::vector<std::string> unused;

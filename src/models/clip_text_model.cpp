@@ -18,27 +18,14 @@ namespace {
 constexpr const char* kTextModelPrefix = "text_model.";
 
 // transformers 5 saves CLIPTextModel without the `text_model.` prefix that published checkpoints
-// (and transformers 4) use, and reads both; this source serves the bare names under the prefix.
-class PrefixedWeightSource final : public WeightSource {
- public:
-  explicit PrefixedWeightSource(const WeightSource& base) : base_(base) {}
-  bool contains(const std::string& name) const override { return base_.contains(bare(name)); }
-  Tensor get(const std::string& name) const override { return base_.get(bare(name)); }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& n : base_.names())
-      out.push_back(n.rfind("text_projection.", 0) == 0 ? n : kTextModelPrefix + n);
-    return out;
-  }
-  std::string describe() const override { return base_.describe(); }
-
- private:
-  static std::string bare(const std::string& name) {
-    return name.rfind(kTextModelPrefix, 0) == 0 ? name.substr(std::string(kTextModelPrefix).size())
-                                                : name;
-  }
-  const WeightSource& base_;
-};
+// (and transformers 4) use, and reads both; load_weights serves the bare names under the prefix.
+std::string without_text_model_prefix(const std::string& name) {
+  return name.rfind(kTextModelPrefix, 0) == 0 ? name.substr(std::string(kTextModelPrefix).size())
+                                              : name;
+}
+std::string with_text_model_prefix(const std::string& name) {
+  return name.rfind("text_projection.", 0) == 0 ? name : kTextModelPrefix + name;
+}
 
 void require_positive(const JsonConfig& c, const char* key, int64_t v) {
   TESSERA_CHECK(v > 0, "[CLIPTextModel] unsupported value ", key, "=", v, " in ", c.source(),
@@ -59,7 +46,7 @@ std::unique_ptr<Model> load_clip(const std::string& folder, DType dtype, bool wi
       CLIPTextConfig::from_json(JsonConfig::load(config_path), with_projection));
   const auto checkpoint = CheckpointWeightSource::open(folder);
   const bool prefixed = checkpoint.contains("text_model.embeddings.token_embedding.weight");
-  const PrefixedWeightSource bare(checkpoint);
+  const RenamedWeightSource bare(checkpoint, without_text_model_prefix, with_text_model_prefix);
   const WeightSource& source = prefixed ? static_cast<const WeightSource&>(checkpoint) : bare;
   std::vector<std::string> unused;
   for (const auto& n : model->load_weights(source, {.dtype = dtype})) {

@@ -70,6 +70,12 @@ void Module::release_weights() {
   for (const auto& p : named_parameters()) *p.slot = Tensor();
 }
 
+std::vector<std::string> RenamedWeightSource::names() const {
+  std::vector<std::string> out;
+  for (const auto& n : base_.names()) out.push_back(to_model_(n));
+  return out;
+}
+
 Tensor MapWeightSource::get(const std::string& name) const {
   auto it = tensors_.find(name);
   TESSERA_CHECK(it != tensors_.end(), what_, ": missing tensor '", name, "'");

@@ -79,6 +79,24 @@ class Module {
   std::vector<std::pair<std::string, Module*>> children_;
 };
 
+// `base` under other names (checkpoints that older or newer libraries saved with different keys):
+// `to_base` maps a parameter name to the name in `base`; `to_model` maps a name in `base` back,
+// for the report of unused tensors.
+class RenamedWeightSource final : public WeightSource {
+ public:
+  using Rename = std::function<std::string(const std::string&)>;
+  RenamedWeightSource(const WeightSource& base, Rename to_base, Rename to_model)
+      : base_(base), to_base_(std::move(to_base)), to_model_(std::move(to_model)) {}
+  bool contains(const std::string& name) const override { return base_.contains(to_base_(name)); }
+  Tensor get(const std::string& name) const override { return base_.get(to_base_(name)); }
+  std::vector<std::string> names() const override;
+  std::string describe() const override { return base_.describe(); }
+
+ private:
+  const WeightSource& base_;
+  Rename to_base_, to_model_;
+};
+
 // A WeightSource over an in-memory map (tests, converted weights).
 class MapWeightSource final : public WeightSource {
  public:
