@@ -26,7 +26,8 @@ inline float bits_f(uint32_t u) {
 // range saturate to inf / 0 (values below -87.3 flush to 0 instead of going subnormal).
 inline float ew_exp(float x) {
   const float hi = 88.3762626647949f, lo = -87.3365478515625f;
-  const float xc = x > hi ? hi : (x < lo ? lo : x);
+  // NaN is clamped to 0 here (and returned as NaN below): float-to-int of NaN is undefined.
+  const float xc = x > hi ? hi : (x < lo ? lo : (x == x ? x : 0.f));
   // Round to nearest with the 1.5*2^23 trick, which vectorises without SSE4.1.
   const float fn = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
   float r = xc - fn * 0.693359375f;
