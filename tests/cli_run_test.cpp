@@ -22,32 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Result run_cli(const std::string& args) {
-  TempDir tmp;
-  const std::string err_path = tmp / "stderr";
-  const std::string cmd = quote(TESSERA_CLI_PATH) + " " + args + " 2>" + quote(err_path);
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.err = test::read_text(err_path);
-  return r;
-}
+using Result = test::CliResult;
+using test::quote;
+using test::run_cli;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

@@ -2,6 +2,9 @@
 // folder built from scratch (no reference venv needed).
 #pragma once
 #include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
 
 #include <filesystem>
 #include <fstream>
@@ -41,6 +44,38 @@ inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
+
+#ifdef TESSERA_CLI_PATH
+// What the CLI printed and its exit code.
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// `s` single-quoted for the shell.
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs the built tessera CLI (TESSERA_CLI_PATH) with `args`, a shell-quoted argument string.
+inline CliResult run_cli(const std::string& args) {
+  TempDir tmp;
+  const std::string err_path = tmp / "stderr";
+  const std::string cmd = quote(TESSERA_CLI_PATH) + " " + args + " 2>" + quote(err_path);
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.err = read_text(err_path);
+  return r;
+}
+#endif
 
 // A FluxPipeline-shaped folder: scheduler, CLIP text encoder (single file), tokenizer files,
 // a transformer in two shards, a [null, null] entry and a vae listed but missing.
