@@ -1,6 +1,8 @@
 #include "runtime/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <initializer_list>
@@ -25,6 +27,16 @@ bool os_saves_ymm() {
   return (lo & 0x6) == 0x6;
 }
 
+// Linux hands out AMX tile state only to processes that ask (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XTILEDATA); without it the first tile instruction faults.
+bool os_grants_amx() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;  // XTILECFG and XTILEDATA enabled by the OS
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
 CpuIsa detect() {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return CpuIsa::scalar;
@@ -38,7 +50,9 @@ CpuIsa detect() {
   const bool bf16 = a1 & (1u << 5);
   if (!(avx2 && fma && f16c && os_saves_ymm())) return CpuIsa::scalar;
   if (!(avx512f && avx512dq && avx512bw && avx512vl && os_saves_zmm())) return CpuIsa::avx2;
-  return bf16 ? CpuIsa::avx512_bf16 : CpuIsa::avx512;
+  if (!bf16) return CpuIsa::avx512;
+  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
+  return amx_bf16 && amx_tile && os_grants_amx() ? CpuIsa::amx_bf16 : CpuIsa::avx512_bf16;
 }
 
 }  // namespace
@@ -49,6 +63,7 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::avx2: return "avx2";
     case CpuIsa::avx512: return "avx512";
     case CpuIsa::avx512_bf16: return "avx512_bf16";
+    case CpuIsa::amx_bf16: return "amx_bf16";
   }
   return "?";
 }
@@ -57,7 +72,8 @@ CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
     CpuIsa best = detect();
     if (const char* cap = std::getenv("TESSERA_CPU_ISA")) {
-      for (CpuIsa c : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16}) {
+      for (CpuIsa c : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16,
+                     CpuIsa::amx_bf16}) {
         if (std::strcmp(cap, cpu_isa_name(c)) == 0 && c < best) best = c;
       }
     }

@@ -32,6 +32,9 @@ void cap_isa() {
       dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_vnni);
       break;
     case CpuIsa::avx512_bf16:
+      dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+      break;
+    case CpuIsa::amx_bf16:
       break;
   }
 }
