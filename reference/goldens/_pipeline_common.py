@@ -299,6 +299,37 @@ def save_component_golden(
     write_json(dst / "manifest.json", info)
 
 
+def rename_tuple_outputs(tensors: dict, fields: dict) -> dict:
+    """Names tuple outputs by meaning instead of position (as the FLUX.1 goldens do).
+
+    fields: module-path pattern ("*" = one index) -> names of the tuple elements in order; ""
+    keeps the module's own name.
+    """
+    out = {}
+    for k, v in tensors.items():
+        head, _, idx = k.rpartition(".")
+        for pattern, names in fields.items():
+            p = pattern.split(".")
+            h = head.split(".")
+            if idx.isdigit() and len(p) == len(h) and all(a in ("*", b) for a, b in zip(p, h)):
+                if int(idx) < len(names):
+                    k = head + names[int(idx)]
+                break
+        out[k] = v
+    return out
+
+
+def save_named_component(dst: pathlib.Path, pipeline: str, tuples: dict, inputs, outputs,
+                         intermediates, info: dict) -> None:
+    """save_component_golden with the manifest keys every pipeline's component goldens carry;
+    dst is .../<component>/<dtype>, tuples as in rename_tuple_outputs."""
+    info = dict(info, component=dst.parent.name, dtype=dst.name,
+                model=f"{pipeline}/{dst.parent.name.split('.')[0]}",
+                weights=f"bf16 files loaded in {dst.name}")
+    save_component_golden(dst, inputs, outputs, rename_tuple_outputs(intermediates or {}, tuples),
+                          info)
+
+
 def save_case(dst: pathlib.Path, tensors: dict[str, torch.Tensor], manifest: dict) -> None:
     """One pipeline run: dst/tensors.safetensors + dst/manifest.json (inputs and tensor index)."""
     dst = pathlib.Path(dst)

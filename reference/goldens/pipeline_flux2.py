@@ -162,32 +162,8 @@ def _chat_inputs(tok, prompts, max_length):
         padding="max_length", truncation=True, max_length=max_length)
 
 
-def _rename(tensors: dict, fields: dict) -> dict:
-    """Names tuple outputs by meaning instead of position (as the FLUX.1 goldens do).
-
-    fields: module-path pattern ("*" = one index) -> names of the tuple elements in order; ""
-    keeps the module's own name.
-    """
-    out = {}
-    for k, v in tensors.items():
-        head, _, idx = k.rpartition(".")
-        for pattern, names in fields.items():
-            p = pattern.split(".")
-            h = head.split(".")
-            if idx.isdigit() and len(p) == len(h) and all(a in ("*", b) for a, b in zip(p, h)):
-                if int(idx) < len(names):
-                    k = head + names[int(idx)]
-                break
-        out[k] = v
-    return out
-
-
 def _save_component(dst: pathlib.Path, inputs, outputs, intermediates, info: dict) -> None:
-    """pc.save_component_golden with the manifest keys the FLUX.1 goldens also carry."""
-    info = dict(info, component=dst.parent.name, dtype=dst.name,
-                model=f"{NAME}/{dst.parent.name.split('.')[0]}",
-                weights=f"bf16 files loaded in {dst.name}")
-    pc.save_component_golden(dst, inputs, outputs, _rename(intermediates or {}, TUPLES), info)
+    pc.save_named_component(dst, NAME, TUPLES, inputs, outputs, intermediates, info)
 
 
 def _component_goldens(pipe: Flux2Pipeline, out: pathlib.Path, dtype_name: str) -> None:
