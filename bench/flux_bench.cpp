@@ -1,0 +1,208 @@
+// One FLUX transformer step (FluxTransformer2DModel.forward) per execution mode, at given image
+// sizes: the dispatch-bound workload of issue 5 (the tiny fixture transformer, many small ops)
+// and the compute-bound "flux-mini" of issue 4 (FLUX.1's widths, 2 double + 4 single blocks,
+// weights written by bench/run_flux_vs_torch.py). Side by side with diffusers:
+// bench/run_flux_vs_torch.py. Alone: build/bench/flux_bench [--model DIR] [--dtype f32|bf16]
+// [--sizes 64,128,256] [--txt 64] [--modes eager,defer] [--iters N] [--warmup N]
+// plus Google Benchmark's flags (--benchmark_format=json).
+// Inputs are torch.randn(seed 0) draws of the forward() arguments (tessera's generator is
+// torch's), so both sides run the same values; img_ids are the pipeline's (row, col) grid.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/flux_transformer.h"
+#include "ops/copy.h"
+#include "runtime/modes.h"
+#include "runtime/parallel.h"
+#include "runtime/primitive.h"
+#include "runtime/random.h"
+
+namespace tessera {
+namespace {
+
+struct Options {
+  std::string model = "tests/fixtures/flux1-schnell-tiny/transformer";  // from the repo root
+  DType dtype = DType::f32;
+  std::vector<int64_t> sizes{64, 128, 256};
+  int64_t txt = 64;
+  std::vector<std::string> modes{"eager", "defer"};
+  int64_t iters = 0;  // 0: Google Benchmark chooses
+  int64_t warmup = 2;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// The forward() arguments diffusers' FluxPipeline passes at height x width (packed 2x2 latents).
+FluxTransformerInputs make_inputs(const FluxTransformerConfig& c, int64_t height, int64_t width,
+                                  int64_t txt, DType dtype) {
+  const int64_t h = height / 16, w = width / 16, img = h * w;
+  Generator g(0);
+  FluxTransformerInputs in;
+  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, g);
+  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, g);
+  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, g);
+  if (dtype != DType::f32) {
+    in.hidden_states = astype(in.hidden_states, dtype);
+    in.encoder_hidden_states = astype(in.encoder_hidden_states, dtype);
+    in.pooled_projections = astype(in.pooled_projections, dtype);
+  }
+  in.timestep = Tensor::from_floats({1.0f}, {1}, dtype);
+  if (c.guidance_embeds) in.guidance = Tensor::from_floats({3.5f}, {1}, DType::f32);
+  std::vector<float> ids(size_t(img * 3), 0.0f);
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) {
+      ids[size_t((i * w + j) * 3 + 1)] = float(i);
+      ids[size_t((i * w + j) * 3 + 2)] = float(j);
+    }
+  in.img_ids = Tensor::from_floats(ids, {img, 3}, DType::f32);
+  in.txt_ids = Tensor::zeros({txt, 3}, DType::f32);
+  return in;
+}
+
+// Matmul + attention FLOPs of one step (what issue 4 divides by the GEMM ceiling).
+double step_flops(const FluxTransformerConfig& c, int64_t img, int64_t txt) {
+  const double d = double(c.inner_dim()), L = double(img + txt), mlp = 4.0 * d;
+  double f = 2.0 * img * c.in_channels * d + 2.0 * txt * c.joint_attention_dim * d;
+  f += 2.0 * (256.0 * d + d * d) * (c.guidance_embeds ? 2 : 1);  // timestep (+ guidance) MLPs
+  f += 2.0 * (c.pooled_projection_dim * d + d * d);              // pooled-text MLP
+  const double attn = 2.0 * 2.0 * L * L * d;                     // QK^T and PV
+  // Double block: per stream 6d modulation, qkv, out, MLP; joint attention over L.
+  f += c.num_layers * (2.0 * 2.0 * d * 6.0 * d + 2.0 * L * (4.0 * d * d + 2.0 * d * mlp) + attn);
+  // Single block: 3d modulation, qkv + MLP in, out over (d + mlp).
+  f += c.num_single_layers *
+       (2.0 * d * 3.0 * d + 2.0 * L * (3.0 * d * d + d * mlp + (d + mlp) * d) + attn);
+  f += 2.0 * d * 2.0 * d + 2.0 * img * d * c.in_channels;  // norm_out modulation, proj_out
+  return f;
+}
+
+void set_mode(const std::string& m) {
+  if (m == "eager")
+    set_eager_mode(EagerMode::DeferNever);
+  else if (m == "defer")
+    set_eager_mode(EagerMode::DeferAndFuse);
+  else
+    throw std::runtime_error("[flux_bench] unknown mode '" + m + "'; expected eager or defer");
+}
+
+void run_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& in) {
+  const Tensor y = model.forward(in);
+  synchronize();
+  benchmark::DoNotOptimize(y.raw_data());
+}
+
+void bench_step(benchmark::State& st, const FluxTransformer2DModel* model, std::string mode,
+                int64_t size, int64_t txt, int64_t warmup) {
+  const FluxTransformerInputs in = make_inputs(model->config, size, size, txt, model->dtype());
+  set_mode(mode);
+  for (int64_t i = 0; i < warmup; ++i) run_step(*model, in);
+  reset_mode_stats();
+  double best_wall = 1e30, best_cpu = 1e30, sum_cpu = 0;
+  int64_t n = 0;
+  for (auto _ : st) {
+    const std::clock_t c0 = std::clock();
+    const auto t0 = std::chrono::steady_clock::now();
+    run_step(*model, in);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    best_wall = std::min(best_wall, wall);
+    best_cpu = std::min(best_cpu, cpu);
+    sum_cpu += cpu;
+    ++n;
+  }
+  const ModeStats s = mode_stats();
+  set_eager_mode(EagerMode::DeferNever);
+  const int64_t img = (size / 16) * (size / 16);
+  const double flops = step_flops(model->config, img, txt);
+  st.counters["best_ms"] = best_wall * 1e3;
+  st.counters["best_cpu_ms"] = best_cpu * 1e3;
+  st.counters["mean_cpu_ms"] = n ? sum_cpu / double(n) * 1e3 : 0.0;
+  st.counters["threads"] = num_threads();
+  st.counters["GFLOP"] = flops / 1e9;
+  st.counters["best_GFLOP/s"] = flops / best_wall / 1e9;
+  st.counters["cpu_GFLOP/s"] = flops / best_cpu / 1e9 * num_threads();
+  st.counters["ops_per_step"] = n ? double(s.ops_dispatched) / double(n) : 0.0;
+  st.counters["fused_per_step"] = n ? double(s.fused_kernels) / double(n) : 0.0;
+  st.counters["compiles"] = double(s.compiles);
+  st.counters["cache_hits"] = double(s.cache_hits);
+}
+
+int main_impl(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("[flux_bench] " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model") {
+      o.model = value();
+    } else if (a == "--dtype") {
+      const std::string d = value();
+      if (d != "f32" && d != "bf16")
+        throw std::runtime_error("[flux_bench] --dtype " + d + ": expected f32 or bf16");
+      o.dtype = d == "bf16" ? DType::bf16 : DType::f32;
+    } else if (a == "--sizes") {
+      o.sizes.clear();
+      for (const auto& s : split(value())) o.sizes.push_back(std::stoll(s));
+    } else if (a == "--txt") {
+      o.txt = std::stoll(value());
+    } else if (a == "--modes") {
+      o.modes = split(value());
+    } else if (a == "--iters") {
+      o.iters = std::stoll(value());
+    } else if (a == "--warmup") {
+      o.warmup = std::stoll(value());
+    } else {
+      throw std::runtime_error("[flux_bench] unknown argument '" + a +
+                               "'; expected --model, --dtype, --sizes, --txt, --modes, --iters, "
+                               "--warmup or Google Benchmark flags");
+    }
+  }
+  for (int64_t s : o.sizes)
+    if (s <= 0 || s % 16 != 0)
+      throw std::runtime_error("[flux_bench] size " + std::to_string(s) +
+                               " must be a positive multiple of 16");
+  const auto model = FluxTransformer2DModel::from_pretrained(o.model, o.dtype);
+  const std::string dt = dtype_name(o.dtype);
+  for (int64_t size : o.sizes)
+    for (const auto& mode : o.modes) {
+      auto* b = benchmark::RegisterBenchmark(
+          ("flux_step/" + dt + "/" + std::to_string(size) + "/" + mode).c_str(), bench_step,
+          model.get(), mode, size, o.txt, o.warmup);
+      b->Unit(benchmark::kMillisecond)->UseRealTime();
+      if (o.iters > 0) b->Iterations(o.iters);
+    }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  try {
+    return tessera::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}
