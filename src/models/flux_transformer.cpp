@@ -181,7 +181,9 @@ Tensor FluxTransformer2DModel::forward(const FluxTransformerInputs& in,
   record("pos_embed.sin", rotary.sin);
 
   for (size_t i = 0; i < transformer_blocks.size(); ++i) {
-    auto out = (*transformer_blocks[i])(hidden_states, encoder_hidden_states, temb, rotary);
+    const auto& block = *transformer_blocks[i];  // hooks: sequential offload streams weights
+    auto out = with_forward_hook(
+        block, [&] { return block(hidden_states, encoder_hidden_states, temb, rotary); });
     encoder_hidden_states = out.encoder_hidden_states;
     hidden_states = out.hidden_states;
     if (capture) {
@@ -195,7 +197,8 @@ Tensor FluxTransformer2DModel::forward(const FluxTransformerInputs& in,
     const int64_t text_len = encoder_hidden_states.dim(1);
     Tensor joint = concat({encoder_hidden_states, hidden_states}, 1);
     for (size_t i = 0; i < single_transformer_blocks.size(); ++i) {
-      joint = single_transformer_blocks[i]->forward_joint(joint, temb, rotary);
+      const auto& block = *single_transformer_blocks[i];
+      joint = with_forward_hook(block, [&] { return block.forward_joint(joint, temb, rotary); });
       if (capture) {
         const std::string p = "single_transformer_blocks." + std::to_string(i);
         record(p + ".encoder_hidden_states", joint.slice(1, 0, text_len));

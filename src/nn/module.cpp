@@ -7,6 +7,16 @@
 
 namespace tessera {
 
+namespace {
+thread_local LoadObserver* g_load_observer = nullptr;
+}  // namespace
+
+LoadObserver* set_load_observer(LoadObserver* observer) {
+  LoadObserver* prev = g_load_observer;
+  g_load_observer = observer;
+  return prev;
+}
+
 void Module::register_parameter(const std::string& name, Tensor* slot, Shape shape,
                                 bool optional) {
   params_.push_back({name, slot, std::move(shape), optional});
@@ -55,6 +65,7 @@ std::vector<std::string> Module::load_weights(const WeightSource& source, const 
     TESSERA_CHECK(is_floating(t.dtype()), source.describe(), ": tensor '", key, "' has dtype ",
                   dtype_name(t.dtype()), "; expected a floating-point dtype");
     *p.slot = astype(t, opt.dtype);
+    if (g_load_observer) g_load_observer->loaded(p.slot, t, opt.dtype);
     used.insert(key);
   }
   std::vector<std::string> unused;

@@ -31,6 +31,27 @@ struct LoadOptions {
   std::string prefix;             // prepended to every parameter name ("model.")
 };
 
+class Module;
+
+// Sees every parameter load_weights fills (model offload records where each one came from, to
+// materialise it again later). Installed per thread by set_load_observer.
+class LoadObserver {
+ public:
+  virtual ~LoadObserver() = default;
+  virtual void loaded(Tensor* slot, const Tensor& source, DType dtype) = 0;
+};
+// Returns the previous observer; nullptr uninstalls.
+LoadObserver* set_load_observer(LoadObserver* observer);
+
+// Called around a repeated block's forward (sequential offload materialises the block's weights
+// before and releases them after; compiled block programs read the slots in between).
+class ForwardHook {
+ public:
+  virtual ~ForwardHook() = default;
+  virtual void pre_forward(const Module& module) = 0;
+  virtual void post_forward(const Module& module) = 0;
+};
+
 class Module {
  public:
   Module() = default;
@@ -55,6 +76,9 @@ class Module {
   // Drops every parameter (they are reloaded by load_weights; used by model offload).
   void release_weights();
 
+  void set_forward_hook(std::shared_ptr<ForwardHook> hook) { hook_ = std::move(hook); }
+  ForwardHook* forward_hook() const { return hook_.get(); }
+
  protected:
   // Registers a parameter slot owned by this module; `shape` is what the config implies.
   void register_parameter(const std::string& name, Tensor* slot, Shape shape,
@@ -77,7 +101,18 @@ class Module {
   };
   std::vector<OwnParameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;
+  std::shared_ptr<ForwardHook> hook_;
 };
+
+// Runs `forward` between `module`'s hook calls, if it has a hook.
+template <typename F>
+auto with_forward_hook(const Module& module, F&& forward) {
+  ForwardHook* h = module.forward_hook();
+  if (h) h->pre_forward(module);
+  auto out = forward();
+  if (h) h->post_forward(module);
+  return out;
+}
 
 // `base` under other names (checkpoints that older or newer libraries saved with different keys):
 // `to_base` maps a parameter name to the name in `base`; `to_model` maps a name in `base` back,
