@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backends/cpu/attention_kernels.h"
 #include "ops/attention.h"
 #include "runtime/parallel.h"
 
@@ -32,8 +33,9 @@ Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed) {
   return Tensor::from_floats(v, shape, dt);
 }
 
-void BM_Sdpa(benchmark::State& state, DType dt) {
+void BM_Sdpa(benchmark::State& state, DType dt, cpu::AttentionPath path) {
   const int64_t H = 24, L = 4608, D = 128;
+  cpu::set_attention_path(path);
   set_num_threads(std::getenv("TESSERA_NUM_THREADS") ? num_threads() : 2);
   const Tensor q = random_tensor({1, H, L, D}, dt, 1), k = random_tensor({1, H, L, D}, dt, 2),
                v = random_tensor({1, H, L, D}, dt, 3);
@@ -45,14 +47,20 @@ void BM_Sdpa(benchmark::State& state, DType dt) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["threads"] = num_threads();
+  cpu::set_attention_path(cpu::AttentionPath::automatic);
 }
 
-// ~0.26 TFLOP per call: few repetitions, fixed iteration count.
-BENCHMARK_CAPTURE(BM_Sdpa, bf16, DType::bf16)
+// ~0.26 TFLOP per call: few repetitions, fixed iteration count. bf16 is the default path (the
+// AMX kernel where the CPU has AMX); bf16_onednn forces the oneDNN-tile path for comparison.
+BENCHMARK_CAPTURE(BM_Sdpa, bf16, DType::bf16, cpu::AttentionPath::automatic)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
+BENCHMARK_CAPTURE(BM_Sdpa, bf16_onednn, DType::bf16, cpu::AttentionPath::tiled)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(3);
-BENCHMARK_CAPTURE(BM_Sdpa, f32, DType::f32)
+BENCHMARK_CAPTURE(BM_Sdpa, f32, DType::f32, cpu::AttentionPath::automatic)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(2);

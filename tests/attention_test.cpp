@@ -1,6 +1,6 @@
 // SDPA against torch.nn.functional.scaled_dot_product_attention goldens
-// (reference/goldens/ops_attention.py), on both CPU paths: tiled (oneDNN tile GEMMs + online
-// softmax) and reference (plain loops).
+// (reference/goldens/ops_attention.py), on the CPU paths: amx (our AMX tile kernel, bf16; falls
+// back to tiled elsewhere), tiled (oneDNN tile GEMMs + online softmax) and reference (plain loops).
 #include "ops/attention.h"
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "backends/cpu/attention_kernels.h"
 #include "ops/copy.h"
+#include "runtime/cpu_features.h"
 #include "runtime/error.h"
 #include "test_util.h"
 
@@ -98,11 +99,14 @@ const Case kCases[] = {
 INSTANTIATE_TEST_SUITE_P(Fixtures, SdpaGolden,
                          ::testing::Combine(::testing::ValuesIn(kCases),
                                             ::testing::Values(AttentionPath::tiled,
-                                                              AttentionPath::reference)),
+                                                              AttentionPath::reference,
+                                                              AttentionPath::amx)),
                          [](const auto& info) {
+                           const AttentionPath p = std::get<1>(info.param);
                            return std::string(std::get<0>(info.param).name) +
-                                  (std::get<1>(info.param) == AttentionPath::tiled ? "_tiled"
-                                                                                   : "_reference");
+                                  (p == AttentionPath::tiled       ? "_tiled"
+                                   : p == AttentionPath::reference ? "_reference"
+                                                                   : "_amx");
                          });
 
 Tensor random_tensor(const Shape& shape, DType dt, uint32_t seed) {
@@ -151,6 +155,63 @@ TEST(Sdpa, TiledMatchesReferenceOnLongMaskedInput) {
   }
 }
 
+// The AMX kernel against the reference on sizes that leave tails everywhere: L not a multiple of
+// 16/32, key blocks of 512 plus a remainder, head dims 64/128, causal, GQA, masks, strided views.
+struct AmxCase {
+  int64_t B, H, Hkv, Lq, Lk, D;
+  bool causal;
+  int mask;  // 0 none, 1 additive (B, 1, Lq, Lk), 2 bool (Lq, Lk) with a fully masked row
+  bool strided;
+};
+
+Tensor sdpa_on(AttentionPath p, const Tensor& q, const Tensor& k, const Tensor& v,
+               const SdpaOptions& o) {
+  PathGuard g(p);
+  return scaled_dot_product_attention(q, k, v, o);
+}
+
+class SdpaAmx : public ::testing::TestWithParam<AmxCase> {};
+
+TEST_P(SdpaAmx, MatchesReference) {
+  if (cpu_isa() < CpuIsa::amx_bf16) GTEST_SKIP() << "no AMX on this CPU (or TESSERA_CPU_ISA)";
+  const AmxCase c = GetParam();
+  Tensor q = random_tensor({c.B, c.H, c.Lq, c.D}, DType::bf16, 11);
+  Tensor k = random_tensor({c.B, c.Hkv, c.Lk, c.D}, DType::bf16, 12);
+  Tensor v = random_tensor({c.B, c.Hkv, c.Lk, c.D}, DType::bf16, 13);
+  if (c.strided) {  // (B, L, H, D) storage read through a transpose, as diffusers passes it
+    q = clone(q.transpose(1, 2)).transpose(1, 2);
+    k = clone(k.transpose(1, 2)).transpose(1, 2);
+    v = clone(v.transpose(1, 2)).transpose(1, 2);
+  }
+  SdpaOptions o;
+  o.causal = c.causal;
+  if (c.mask == 1) o.mask = random_tensor({c.B, 1, c.Lq, c.Lk}, DType::f32, 14);
+  if (c.mask == 2) {
+    std::vector<int64_t> m(size_t(c.Lq * c.Lk));
+    for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 7) % 5 != 0;
+    for (int64_t j = 0; j < c.Lk; ++j) m[size_t(c.Lq / 2 * c.Lk + j)] = 0;
+    o.mask = Tensor::from_ints(m, {c.Lq, c.Lk}, DType::boolean);
+  }
+  const Tensor amx = sdpa_on(AttentionPath::amx, q, k, v, o);
+  const Tensor ref = sdpa_on(AttentionPath::reference, q, k, v, o);
+  EXPECT_TRUE(attention_bf16_close(amx, ref));
+  if (c.mask == 2) {
+    const auto out = amx.to_floats();
+    for (int64_t d = 0; d < c.D; ++d) EXPECT_EQ(out[size_t(c.Lq / 2 * c.D + d)], 0.f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OddSizes, SdpaAmx,
+                         ::testing::Values(AmxCase{1, 2, 2, 77, 77, 64, false, 0, false},
+                                           AmxCase{1, 3, 3, 45, 600, 128, false, 0, false},
+                                           AmxCase{2, 4, 2, 130, 130, 128, true, 0, false},
+                                           AmxCase{1, 4, 1, 300, 1100, 64, true, 1, false},
+                                           AmxCase{1, 2, 2, 1, 50, 128, false, 0, false},
+                                           AmxCase{1, 2, 2, 33, 17, 64, false, 2, false},
+                                           AmxCase{1, 2, 2, 70, 530, 128, true, 2, true},
+                                           AmxCase{1, 3, 3, 257, 1030, 128, false, 0, true},
+                                           AmxCase{1, 2, 1, 600, 200, 64, true, 0, false}));
+
 TEST(Sdpa, FullyMaskedRowsGiveZero) {
   const Tensor q = random_tensor({1, 1, 3, 16}, DType::f32, 5);
   const Tensor k = random_tensor({1, 1, 4, 16}, DType::f32, 6);
@@ -159,7 +220,7 @@ TEST(Sdpa, FullyMaskedRowsGiveZero) {
   for (int j = 0; j < 4; ++j) m[4 + j] = 0;  // row 1 sees nothing
   SdpaOptions o;
   o.mask = Tensor::from_ints(m, {3, 4}, DType::boolean);
-  for (AttentionPath p : {AttentionPath::tiled, AttentionPath::reference}) {
+  for (AttentionPath p : {AttentionPath::tiled, AttentionPath::reference, AttentionPath::amx}) {
     PathGuard g(p);
     const auto out = scaled_dot_product_attention(q, k, v, o).to_floats();
     for (int d = 0; d < 16; ++d) EXPECT_EQ(out[16 + d], 0.f);

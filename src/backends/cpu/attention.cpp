@@ -90,46 +90,14 @@ float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const
   return alpha;
 }
 
-}  // namespace cpu
-
-namespace {
-using cpu::AttentionPath;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct SdpaArgs {
-  bool bf16;
-  int64_t B, H, Hkv, Lq, Lk, D, Dv;
-  const char *q, *k, *v;
-  int64_t qs[3], ks[3], vs[3];  // element strides of batch, head, position; last dim stride 1
-  char* out;                    // contiguous (B, H, Lq, Dv)
-  const char* mask = nullptr;   // expanded (B, H, Lq, Lk) view
-  DType mask_dtype = DType::f32;
-  int64_t ms[4] = {0, 0, 0, 0};
-  bool causal;
-  float scale;
-  size_t es() const { return bf16 ? 2 : 4; }
-  const char* qrow(int64_t b, int64_t h, int64_t i) const {
-    return q + (b * qs[0] + h * qs[1] + i * qs[2]) * int64_t(es());
-  }
-  const char* krow(int64_t b, int64_t h, int64_t j) const {
-    return k + (b * ks[0] + h * ks[1] + j * ks[2]) * int64_t(es());
-  }
-  const char* vrow(int64_t b, int64_t h, int64_t j) const {
-    return v + (b * vs[0] + h * vs[1] + j * vs[2]) * int64_t(es());
-  }
-  char* orow(int64_t b, int64_t h, int64_t i) const {
-    return out + ((b * H + h) * Lq + i) * Dv * int64_t(es());
-  }
-};
-
-// Mask row (b, h, i), columns [j0, j0 + n), as additive floats.
-void mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
-              float* add) {
+void sdpa_mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                   float* add) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
   const size_t es = dtype_size(a.mask_dtype);
   const char* base =
       a.mask + (b * a.ms[0] + h * a.ms[1] + i * a.ms[2] + j0 * a.ms[3]) * int64_t(es);
   if (a.mask_dtype == DType::boolean) {
-    for (int64_t j = 0; j < n; ++j) add[j] = base[j * a.ms[3]] ? 0.f : kNegInf;
+    for (int64_t j = 0; j < n; ++j) add[j] = base[j * a.ms[3]] ? 0.f : ninf;
   } else if (a.ms[3] == 1) {
     convert_elements(base, a.mask_dtype, add, DType::f32, size_t(n));
   } else {
@@ -137,6 +105,14 @@ void mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, in
       convert_elements(base + j * a.ms[3] * int64_t(es), a.mask_dtype, add + j, DType::f32, 1);
   }
 }
+
+}  // namespace cpu
+
+namespace {
+using cpu::AttentionPath;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+using cpu::SdpaArgs;
 
 DType elem_type(const SdpaArgs& a) {
   return a.bf16 ? DType::bf16 : DType::f32;
@@ -150,7 +126,7 @@ void sdpa_reference(const SdpaArgs& a) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t i = r % a.Lq, h = (r / a.Lq) % a.H, b = r / (a.Lq * a.H), hk = h / rep;
       convert_elements(a.qrow(b, h, i), elem_type(a), q.data(), DType::f32, size_t(a.D));
-      if (a.mask) mask_row(a, b, h, i, 0, a.Lk, add.data());
+      if (a.mask) cpu::sdpa_mask_row(a, b, h, i, 0, a.Lk, add.data());
       const int64_t nvalid = a.causal ? std::min(i + 1, a.Lk) : a.Lk;
       float mx = kNegInf;
       for (int64_t j = 0; j < a.Lk; ++j) {
@@ -307,7 +283,7 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
           const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
           const float* addp = nullptr;
           if (a.mask && nvalid > 0) {
-            mask_row(a, b, h, i, k0, nvalid, add.as<float>());
+            cpu::sdpa_mask_row(a, b, h, i, k0, nvalid, add.as<float>());
             addp = add.as<float>();
           }
           const float alpha = row_fn(S.as<float>() + r * KB, kn, nvalid, a.scale, addp, m + r,
@@ -387,10 +363,10 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
   }
   AttentionPath path = cpu::attention_path();
   if (path == AttentionPath::automatic)
-    path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::tiled;
+    path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::amx;
   if (path == AttentionPath::reference)
     sdpa_reference(a);
-  else
+  else if (path == AttentionPath::tiled || !cpu::sdpa_amx(a))
     sdpa_tiled(a, cpu_isa() >= CpuIsa::avx512);
 }
 

@@ -6,6 +6,41 @@
 
 namespace tessera::cpu {
 
+// One SDPA call as the kernels see it.
+struct SdpaArgs {
+  bool bf16;
+  int64_t B, H, Hkv, Lq, Lk, D, Dv;
+  const char *q, *k, *v;
+  int64_t qs[3], ks[3], vs[3];  // element strides of batch, head, position; last dim stride 1
+  char* out;                    // contiguous (B, H, Lq, Dv)
+  const char* mask = nullptr;   // expanded (B, H, Lq, Lk) view
+  DType mask_dtype = DType::f32;
+  int64_t ms[4] = {0, 0, 0, 0};
+  bool causal;
+  float scale;
+  size_t es() const { return bf16 ? 2 : 4; }
+  const char* qrow(int64_t b, int64_t h, int64_t i) const {
+    return q + (b * qs[0] + h * qs[1] + i * qs[2]) * int64_t(es());
+  }
+  const char* krow(int64_t b, int64_t h, int64_t j) const {
+    return k + (b * ks[0] + h * ks[1] + j * ks[2]) * int64_t(es());
+  }
+  const char* vrow(int64_t b, int64_t h, int64_t j) const {
+    return v + (b * vs[0] + h * vs[1] + j * vs[2]) * int64_t(es());
+  }
+  char* orow(int64_t b, int64_t h, int64_t i) const {
+    return out + ((b * H + h) * Lq + i) * Dv * int64_t(es());
+  }
+};
+
+// Mask row (b, h, i), columns [j0, j0 + n), as additive floats (-inf where a bool mask is false).
+void sdpa_mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                   float* add);
+
+// The AMX tile kernel (attention_amx.cpp): bf16 only, D and Dv multiples of 32. Returns false,
+// having done nothing, when it does not cover the call.
+bool sdpa_amx(const SdpaArgs& a);
+
 // exp as PyTorch's CPU flash attention evaluates it, so that bf16 probabilities round the same
 // way: a degree-5 polynomial ("exp_u20", ~20 ulp) on each full 16-lane vector of a key block,
 // libm expf on the remainder. Keys are processed in blocks of kSdpaKeyBlock like torch.
@@ -30,9 +65,11 @@ void scale_row_avx512(float* acc, int64_t n, float a);
 // out[0, n) = acc * inv, stored as f32 or rounded to bf16
 void finish_row_avx512(const float* acc, int64_t n, float inv, void* out, bool out_bf16);
 
-// Which implementation the CPU backend uses; tests force `reference` to check one against the
-// other. `automatic` picks tiled (oneDNN tile GEMMs) unless TESSERA_CPU_ISA=scalar.
-enum class AttentionPath { automatic, tiled, reference };
+// Which implementation the CPU backend uses; tests force one to check it against another.
+// `automatic` picks amx (our own AMX tile kernel) for bf16 when the CPU has AMX and the head dims
+// are multiples of 32, else tiled (oneDNN tile GEMMs), and reference under TESSERA_CPU_ISA=scalar.
+// A forced `amx` falls back to `tiled` for what it does not cover.
+enum class AttentionPath { automatic, tiled, reference, amx };
 void set_attention_path(AttentionPath p);
 AttentionPath attention_path();
 

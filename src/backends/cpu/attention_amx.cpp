@@ -1,0 +1,244 @@
+// bf16 SDPA on AMX tiles: K and V are repacked once per call into the tiles' VNNI layout, then
+// each (batch, head, block of 256 queries) streams key blocks of 512 and, per 32-query strip,
+// computes S = Q K^T in fp32 tiles, runs the online softmax on it while it is in cache (the same
+// row kernel and numerics as the oneDNN path) and adds P V with P rounded to bf16, as torch does.
+// See docs/decisions/0003-attention-kernel.md.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/attention_row_avx512.h"
+#include "runtime/cpu_features.h"
+#include "runtime/error.h"
+#include "runtime/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+constexpr int64_t kQBlock = 256;  // queries per work item: K/V blocks stay in L2 across strips
+constexpr int64_t kStrip = 32;    // queries per tile pass: two 16-row A tiles
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+struct Aligned {
+  void* p = nullptr;
+  explicit Aligned(size_t bytes) : p(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)) {
+    TESSERA_CHECK(p, "[scaled_dot_product_attention] out of memory for ", bytes, " bytes");
+  }
+  ~Aligned() { std::free(p); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// Palette 1, tiles 0-7 all 16 rows x 64 bytes: C tiles 0-3 (2x2 fp32 16x16), A tiles 4-5, B 6-7.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+struct TileScope {
+  TileScope() {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+  }
+  ~TileScope() { _tile_release(); }
+};
+
+// K (Lk x D) -> B tiles of K^T: per 16 keys and 32 dims, 16 rows (dim pairs) x 16 keys x 2.
+// Keys past Lk up to Lkp are zero.
+void pack_k(const SdpaArgs& a, int64_t b, int64_t hk, int64_t Lkp, uint32_t* dst) {
+  const int64_t nc = a.D / 32, pairs = a.D / 2;
+  for (int64_t j = 0; j < Lkp; ++j) {
+    uint32_t* tile = dst + (j / 16) * nc * 256 + j % 16;
+    if (j >= a.Lk) {
+      for (int64_t p = 0; p < pairs; ++p) tile[(p / 16) * 256 + (p % 16) * 16] = 0;
+      continue;
+    }
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(a.krow(b, hk, j));
+    for (int64_t p = 0; p < pairs; ++p) tile[(p / 16) * 256 + (p % 16) * 16] = src[p];
+  }
+}
+
+// V (Lk x Dv) -> B tiles: per 32 keys and 16 columns, 16 rows (key pairs) x 16 columns x 2.
+void pack_v(const SdpaArgs& a, int64_t b, int64_t hk, int64_t Lkp, uint16_t* dst) {
+  const int64_t nct = a.Dv / 16;
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t j = 0; j < Lkp; j += 2) {
+    const uint16_t* r0 = j < a.Lk ? reinterpret_cast<const uint16_t*>(a.vrow(b, hk, j)) : nullptr;
+    const uint16_t* r1 =
+        j + 1 < a.Lk ? reinterpret_cast<const uint16_t*>(a.vrow(b, hk, j + 1)) : nullptr;
+    uint16_t* row = dst + (j / 32) * nct * 512 + ((j % 32) / 2) * 32;
+    for (int64_t ct = 0; ct < nct; ++ct) {
+      const __m256i x0 =
+          r0 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + ct * 16)) : zero;
+      const __m256i x1 =
+          r1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + ct * 16)) : zero;
+      const __m512i lo = _mm512_cvtepu16_epi32(x0);
+      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(x1), 16);
+      _mm512_storeu_si512(row + ct * 512, _mm512_or_si512(lo, hi));
+    }
+  }
+}
+
+// S (32 x kp, row stride lds floats) = Q strip (32 x D bf16, row stride D) x K^T, kp % 32 == 0.
+void qk_strip(const uint16_t* q, int64_t D, const uint32_t* kp, int64_t kp_cols, float* s,
+              int64_t lds) {
+  const int64_t nc = D / 32;
+  for (int64_t n = 0; n < kp_cols; n += 32) {
+    const uint32_t* k0 = kp + (n / 16) * nc * 256;
+    const uint32_t* k1 = k0 + nc * 256;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t c = 0; c < nc; ++c) {
+      _tile_loadd(4, q + c * 32, D * 2);
+      _tile_loadd(5, q + 16 * D + c * 32, D * 2);
+      _tile_loadd(6, k0 + c * 256, 64);
+      _tile_loadd(7, k1 + c * 256, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, s + n, lds * 4);
+    _tile_stored(1, s + n + 16, lds * 4);
+    _tile_stored(2, s + 16 * lds + n, lds * 4);
+    _tile_stored(3, s + 16 * lds + n + 16, lds * 4);
+  }
+}
+
+// acc (32 x Dv fp32) += P (32 x kp bf16, row stride ldp) x V block (packed), kp % 32 == 0.
+void pv_strip(const uint16_t* p, int64_t ldp, int64_t kp, const uint16_t* vp, int64_t Dv,
+              float* acc) {
+  const int64_t nct = Dv / 16, ldc = Dv * 4;
+  for (int64_t c = 0; c < Dv; c += 32) {
+    _tile_loadd(0, acc + c, ldc);
+    _tile_loadd(1, acc + c + 16, ldc);
+    _tile_loadd(2, acc + 16 * Dv + c, ldc);
+    _tile_loadd(3, acc + 16 * Dv + c + 16, ldc);
+    for (int64_t k = 0; k < kp; k += 32) {
+      const uint16_t* v0 = vp + ((k / 32) * nct + c / 16) * 512;
+      _tile_loadd(4, p + k, ldp * 2);
+      _tile_loadd(5, p + 16 * ldp + k, ldp * 2);
+      _tile_loadd(6, v0, 64);
+      _tile_loadd(7, v0 + 512, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, acc + c, ldc);
+    _tile_stored(1, acc + c + 16, ldc);
+    _tile_stored(2, acc + 16 * Dv + c, ldc);
+    _tile_stored(3, acc + 16 * Dv + c + 16, ldc);
+  }
+}
+
+void scale_row(float* x, int64_t n, float f) {
+  const __m512 vf = _mm512_set1_ps(f);
+  for (int64_t j = 0; j < n; j += 16)
+    _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), vf));
+}
+
+}  // namespace
+
+bool sdpa_amx(const SdpaArgs& a) {
+  if (!a.bf16 || cpu_isa() < CpuIsa::amx_bf16 || a.D % 32 != 0 || a.Dv % 32 != 0) return false;
+  const int64_t KB = std::min(kSdpaKeyBlock, a.Lk), KBp = round_up(KB, 32);
+  // Row strides of S and P padded by one cache line: power-of-two strides make the 16 rows of a
+  // tile load/store collide in a few L1 sets.
+  const int64_t lds = KBp + 16, ldp = KBp + 32;
+  const int64_t Lkp = round_up(a.Lk, 32), rep = a.H / a.Hkv;
+  const int64_t QB = round_up(std::min(kQBlock, a.Lq), kStrip), nqb = (a.Lq + QB - 1) / QB;
+
+  // Pack every kv head once; they are read by all (H / Hkv) x nqb work items of that head.
+  const size_t k_elems = size_t(Lkp * a.D), v_elems = size_t(Lkp * a.Dv);
+  Aligned kpack(size_t(a.B * a.Hkv) * k_elems * 2), vpack(size_t(a.B * a.Hkv) * v_elems * 2);
+  parallel_for(a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) {
+      pack_k(a, w / a.Hkv, w % a.Hkv, Lkp, kpack.as<uint32_t>() + size_t(w) * k_elems / 2);
+      pack_v(a, w / a.Hkv, w % a.Hkv, Lkp, vpack.as<uint16_t>() + size_t(w) * v_elems);
+    }
+  });
+
+  parallel_for(a.B * a.H * nqb, 1, [&](int64_t begin, int64_t end) {
+    TileScope tiles;
+    Aligned qbuf(size_t(QB * a.D) * 2), acc(size_t(QB * a.Dv) * 4), ml(size_t(QB) * 8),
+        S(size_t(kStrip * lds) * 4), P(size_t(kStrip * ldp) * 2), add(size_t(KBp) * 4);
+    uint16_t* q = qbuf.as<uint16_t>();
+    float* m = ml.as<float>();
+    float* l = m + QB;
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t qb_i = w % nqb, h = (w / nqb) % a.H, b = w / (nqb * a.H), hk = h / rep;
+      const int64_t q0 = qb_i * QB, qn = std::min(QB, a.Lq - q0), qnp = round_up(qn, kStrip);
+      for (int64_t r = 0; r < qn; ++r) std::memcpy(q + r * a.D, a.qrow(b, h, q0 + r), a.D * 2);
+      std::memset(q + qn * a.D, 0, size_t((qnp - qn) * a.D) * 2);
+      std::fill(m, m + qnp, kNegInf);
+      std::fill(l, l + qnp, 0.f);
+      std::memset(acc.p, 0, size_t(qnp * a.Dv) * 4);
+      const uint32_t* kh = kpack.as<uint32_t>() + size_t(b * a.Hkv + hk) * k_elems / 2;
+      const uint16_t* vh = vpack.as<uint16_t>() + size_t(b * a.Hkv + hk) * v_elems;
+      const int64_t kend = a.causal ? std::min(a.Lk, q0 + qn) : a.Lk;
+      for (int64_t k0 = 0; k0 < kend; k0 += KB) {
+        const int64_t kn = std::min(KB, a.Lk - k0);
+        for (int64_t r0 = 0; r0 < qn; r0 += kStrip) {
+          const int64_t rows = std::min(kStrip, qn - r0), i_last = q0 + r0 + rows - 1;
+          if (a.causal && k0 > i_last) continue;
+          // Causal: keys past the strip's last query are masked for all its rows.
+          const int64_t kv = a.causal ? std::min(kn, i_last - k0 + 1) : kn;
+          const int64_t kvp = round_up(kv, 32);
+          float* s = S.as<float>();
+          uint16_t* p = P.as<uint16_t>();
+          qk_strip(q + r0 * a.D, a.D, kh + (k0 / 16) * (a.D / 32) * 256, kvp, s, lds);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = q0 + r0 + r;
+            const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
+            const float* addp = nullptr;
+            if (a.mask && nvalid > 0) {
+              sdpa_mask_row(a, b, h, i, k0, nvalid, add.as<float>());
+              addp = add.as<float>();
+            }
+            uint16_t* prow = p + r * ldp;
+            const float alpha = softmax_row_avx512bf16(s + r * lds, kn, nvalid, a.scale, addp,
+                                                       m + r0 + r, l + r0 + r, prow, true);
+            if (kvp > kn) std::memset(prow + kn, 0, size_t(kvp - kn) * 2);
+            if (alpha != 1.f) scale_row(acc.as<float>() + (r0 + r) * a.Dv, a.Dv, alpha);
+          }
+          // Rows past qn (zero queries) may hold stale P; they only feed accumulator rows that
+          // are never written out.
+          pv_strip(p, ldp, kvp, vh + (k0 / 32) * (a.Dv / 16) * 512, a.Dv,
+                   acc.as<float>() + r0 * a.Dv);
+        }
+      }
+      for (int64_t r = 0; r < qn; ++r) {
+        const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;  // fully masked rows give 0, as torch
+        const float* row = acc.as<float>() + r * a.Dv;
+        uint16_t* o = reinterpret_cast<uint16_t*>(a.orow(b, h, q0 + r));
+        const __m512 vi = _mm512_set1_ps(inv);
+        for (int64_t d = 0; d < a.Dv; d += 16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + d),
+                              avx512::to_bf16(_mm512_mul_ps(_mm512_loadu_ps(row + d), vi)));
+      }
+    }
+  });
+  return true;
+}
+
+}  // namespace tessera::cpu
