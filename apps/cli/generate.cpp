@@ -20,7 +20,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model, prompt, prompt_2, output = "tessera.png", report, dtype = "f32",
-                                       device = "cpu", mode;
+                                       device = "cpu", mode, offload = "none";
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<double> guidance;
@@ -59,6 +59,18 @@ void show_progress(int step, int total, double elapsed) {
   }
 }
 
+// The whole run's peaks (the max over stages) and reads (their sum), then each stage.
+nlohmann::json memory_json(const StageMemory& load, const StageMemories& m) {
+  StageMemory total = load;
+  for (const StageMemory* s : {&m.encode, &m.denoise, &m.decode}) total.merge(*s);
+  nlohmann::json j = nlohmann::json::parse(total.json());
+  j["stages"] = {{"load", nlohmann::json::parse(load.json())},
+                 {"encode", nlohmann::json::parse(m.encode.json())},
+                 {"denoise", nlohmann::json::parse(m.denoise.json())},
+                 {"decode", nlohmann::json::parse(m.decode.json())}};
+  return j;
+}
+
 int run_generate(const GenerateOptions& o) {
   bool test_pipeline = false;
   const std::string model = o.model.empty() ? default_model(&test_pipeline) : o.model;
@@ -83,6 +95,8 @@ int run_generate(const GenerateOptions& o) {
   PipelineLoadOptions load;
   load.dtype = dtype_from_name(o.dtype);
   load.device = Device::parse(o.device);
+  load.offload = offload_mode_from_name(o.offload);
+  if (load.offload != OffloadMode::none) load.offload_device = load.device;
   cpu_allocator().reset_peak();
   const double t_load = now_seconds();
   const PipelineFolder folder = open_pipeline_folder(model);
@@ -144,7 +158,8 @@ int run_generate(const GenerateOptions& o) {
           {"decode", out.times.decode_seconds},
           {"total", load_seconds + out.times.encode_seconds + step_total +
                         out.times.decode_seconds}}},
-        {"memory", {{"peak_host_bytes", cpu_allocator().stats().peak_bytes}}},
+        {"offload", o.offload},
+        {"memory", memory_json(pipe->load_memory(), out.memory)},
         {"modes", nlohmann::json::parse(mode_stats_json(mode_stats()))},
     };
     std::ofstream f(o.report);
@@ -180,6 +195,10 @@ void register_generate(CLI::App& app, Runner& run) {
   sub->add_option("--mode", o->mode,
                   "execution mode: eager (strict, default) or defer (deferred and fused)")
       ->check(CLI::IsMember({"eager", "defer", "compile"}));
+  sub->add_option("--offload", o->offload,
+                  "none (default), model (each model's weights only while it runs) or "
+                  "sequential (the transformer's blocks one at a time)")
+      ->check(CLI::IsMember({"none", "model", "sequential"}));
   sub->add_option("--output,-o", o->output, "output PNG (with --num-images N: name-0.png ...)");
   sub->add_option("--report", o->report, "write a JSON report: times per stage, peak memory");
   sub->callback([o, &run] { run = [o] { return run_generate(*o); }; });

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
@@ -16,6 +17,12 @@
 namespace tessera {
 
 using json = nlohmann::json;
+
+namespace {
+// Live mappings (start -> size), so advise_mapped only ever touches file-backed pages.
+std::mutex g_maps_mu;
+std::map<uintptr_t, size_t> g_maps;
+}  // namespace
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
@@ -36,6 +43,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     TESSERA_CHECK(map != MAP_FAILED, path, ": mmap failed (", std::strerror(err), ")");
     f->map_ = map;  // unmapped by the destructor if parsing throws
     f->map_size_ = size;
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    g_maps[reinterpret_cast<uintptr_t>(map)] = size;
   } else {
     ::close(fd);
   }
@@ -49,7 +58,33 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) munmap(map_, map_size_);
+  if (!map_) return;
+  {
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    g_maps.erase(reinterpret_cast<uintptr_t>(map_));
+  }
+  munmap(map_, map_size_);
+}
+
+bool advise_mapped(const Tensor& t, MapAdvice advice) {
+  if (!t.defined() || t.nbytes() == 0 || !t.impl()->storage) return false;  // pending: not mapped
+  const auto& st = t.impl()->storage;
+  if (!st || st->owned()) return false;
+  const uintptr_t begin =
+      reinterpret_cast<uintptr_t>(st->data()) + uintptr_t(t.offset()) * dtype_size(t.dtype());
+  const uintptr_t end = begin + t.nbytes();
+  {
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    auto it = g_maps.upper_bound(begin);
+    if (it == g_maps.begin()) return false;
+    --it;
+    if (end > it->first + it->second) return false;
+  }
+  // Whole pages only: dont_need on a page shared with a neighbouring tensor just refaults it.
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = begin & ~(page - 1), b = (end + page - 1) & ~(page - 1);
+  const int how = advice == MapAdvice::will_need ? MADV_WILLNEED : MADV_DONTNEED;
+  return madvise(reinterpret_cast<void*>(a), b - a, how) == 0;
 }
 
 size_t SafetensorsFile::data_bytes() const {

@@ -71,6 +71,13 @@ class SafetensorsFile {
   std::weak_ptr<SafetensorsFile> self_;
 };
 
+// Paging advice for a tensor that views a mapped safetensors file; a no-op (false) for any other
+// memory. will_need starts reading its pages ahead; dont_need drops them from this process
+// (they are read again from the page cache or disk on next use), so offload keeps resident
+// memory at what is materialised.
+enum class MapAdvice { will_need, dont_need };
+bool advise_mapped(const Tensor& t, MapAdvice advice);
+
 // Loads every tensor of a file into a name -> tensor map (zero-copy).
 std::map<std::string, Tensor> load_safetensors(const std::string& path);
 

@@ -6,8 +6,10 @@
 #include "io/model_folder.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/linalg.h"
 #include "ops/shape_ops.h"
 #include "runtime/error.h"
+#include "runtime/primitive.h"
 #include "runtime/random.h"
 
 namespace tessera {
@@ -33,35 +35,80 @@ Tensor full(const Shape& shape, float value, DType dtype) {
 std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::string& path,
                                                             const PipelineLoadOptions& opt) {
   require_available(opt.device);
-  TESSERA_CHECK(opt.dtype == DType::f32 || opt.dtype == DType::bf16,
-                "[FluxPipeline] dtype ", dtype_name(opt.dtype), " is not supported; use f32 or bf16");
+  TESSERA_CHECK(opt.dtype == DType::f32 || opt.dtype == DType::bf16, "[FluxPipeline] dtype ",
+                dtype_name(opt.dtype), " is not supported; use f32 or bf16");
   const PipelineFolder folder = open_pipeline_folder(path);
   TESSERA_CHECK(folder.class_name == "FluxPipeline", path, ": model_index.json names '",
                 folder.class_name, "'; FluxPipeline expects a FLUX.1 folder (FluxPipeline)");
   auto p = std::make_unique<FluxPipeline>();
   p->path_ = path;
   p->dtype_ = opt.dtype;
+  p->device_ = opt.device;
+  const StageMemoryMeter meter;
+  WeightRecorder recorder;
+  // Under offload each model is released as soon as it is loaded: loading holds one at a time.
+  auto adopt = [&](Module& m) {
+    auto w = std::make_unique<OffloadedModel>(m, recorder.take(m));
+    if (opt.offload != OffloadMode::none) w->release();
+    return w;
+  };
   p->tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
       tokenizers::ClipTokenizer::from_folder(folder.component("tokenizer").path));
   p->tokenizer_2 = std::make_unique<tokenizers::T5Tokenizer>(
       tokenizers::T5Tokenizer::from_folder(folder.component("tokenizer_2").path));
-  p->text_encoder = CLIPTextModel::from_pretrained(folder.component("text_encoder").path, opt.dtype);
+  p->text_encoder =
+      CLIPTextModel::from_pretrained(folder.component("text_encoder").path, opt.dtype);
+  p->text_encoder_weights_ = adopt(*p->text_encoder);
   p->text_encoder_2 =
       T5EncoderModel::from_pretrained(folder.component("text_encoder_2").path, opt.dtype);
+  p->text_encoder_2_weights_ = adopt(*p->text_encoder_2);
   p->transformer =
       FluxTransformer2DModel::from_pretrained(folder.component("transformer").path, opt.dtype);
+  p->transformer_weights_ = adopt(*p->transformer);
   p->vae = AutoencoderKL::from_pretrained(folder.component("vae").path, opt.dtype);
+  p->vae_weights_ = adopt(*p->vae);
   const ComponentInfo& sched = folder.component("scheduler");
-  TESSERA_CHECK(sched.class_name == "FlowMatchEulerDiscreteScheduler", path,
-                ": scheduler class '", sched.class_name,
-                "' is not supported; expected FlowMatchEulerDiscreteScheduler");
+  TESSERA_CHECK(sched.class_name == "FlowMatchEulerDiscreteScheduler", path, ": scheduler class '",
+                sched.class_name, "' is not supported; expected FlowMatchEulerDiscreteScheduler");
   p->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(
       FlowMatchEulerDiscreteConfig::from_json_file(sched.config_path));
   const JsonConfig vae_cfg = folder.component("vae").config();
   p->vae_scale_factor_ = int64_t(1) << (vae_cfg.get_int_list("block_out_channels").size() - 1);
   p->scaling_factor_ = vae_cfg.get_float("scaling_factor");
   p->shift_factor_ = vae_cfg.get_float("shift_factor", 0.0);
+  if (opt.offload == OffloadMode::model) p->enable_model_cpu_offload(opt.offload_device);
+  if (opt.offload == OffloadMode::sequential) p->enable_sequential_cpu_offload(opt.offload_device);
+  p->load_memory_ = meter.finish();
   return p;
+}
+
+void FluxPipeline::release_all_weights() {
+  for (auto* w : {text_encoder_weights_.get(), text_encoder_2_weights_.get(),
+                  transformer_weights_.get(), vae_weights_.get()})
+    w->release();
+}
+
+void FluxPipeline::enable_model_cpu_offload(std::optional<Device> device) {
+  TESSERA_CHECK(offload_ != OffloadMode::sequential,
+                "[FluxPipeline] sequential CPU offload is already enabled; model offload cannot "
+                "be enabled on top of it");
+  device_ = resolve_offload_device(device);
+  offload_ = OffloadMode::model;
+  release_all_weights();
+}
+
+void FluxPipeline::enable_sequential_cpu_offload(std::optional<Device> device) {
+  device_ = resolve_offload_device(device);
+  if (offload_ == OffloadMode::sequential) return;
+  offload_ = OffloadMode::sequential;
+  release_all_weights();
+  std::vector<Module*> blocks;
+  for (auto& b : transformer->transformer_blocks) blocks.push_back(b.get());
+  for (auto& b : transformer->single_transformer_blocks) blocks.push_back(b.get());
+  transformer_weights_->stream_blocks(blocks);
+  // Repacked GEMM weights are keyed by storage; a zero-copy block would keep its packed copy
+  // cached after release, so streamed weights bypass the cache (each block runs once a step).
+  set_packed_weight_cache_capacity(0);
 }
 
 FluxDefaults FluxPipeline::defaults() const {
@@ -91,8 +138,15 @@ FluxPipeline::PromptEmbeds FluxPipeline::encode_prompt(const std::vector<std::st
                    (long long)max_sequence_length, (long long)t5_ids.back().num_truncated);
   }
   PromptEmbeds e;
-  const Tensor pooled = text_encoder->forward(tokenizers::to_tensors(clip_ids).first).pooler_output;
-  const Tensor t5 = text_encoder_2->forward(tokenizers::to_tensors(t5_ids).first).last_hidden_state;
+  Tensor pooled, t5;
+  {
+    const OffloadScope scope(text_encoder_weights_.get(), offload_);
+    pooled = text_encoder->forward(tokenizers::to_tensors(clip_ids).first).pooler_output;
+  }
+  {
+    const OffloadScope scope(text_encoder_2_weights_.get(), offload_);
+    t5 = text_encoder_2->forward(tokenizers::to_tensors(t5_ids).first).last_hidden_state;
+  }
   e.pooled_prompt_embeds = repeat_rows(astype(pooled, dtype_), n);
   e.prompt_embeds = repeat_rows(astype(t5, dtype_), n);
   e.text_ids = Tensor::zeros({e.prompt_embeds.dim(1), 3}, dtype_);
@@ -145,9 +199,13 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
 
   PipelineOutput out;
   double t0 = now_seconds();
+  std::optional<StageMemoryMeter> meter(std::in_place);
   const PromptEmbeds e =
       encode_prompt(o.prompt, prompt_2, o.num_images_per_prompt, o.max_sequence_length);
+  synchronize();
   out.times.encode_seconds = now_seconds() - t0;
+  out.memory.encode = meter->finish();
+  meter.emplace();
 
   const int64_t batch = e.prompt_embeds.dim(0);
   const int64_t lh = 2 * (height / multiple), lw = 2 * (width / multiple);
@@ -175,6 +233,8 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
   if (transformer->config.guidance_embeds)
     guidance = full({batch}, float(guidance_scale), DType::f32);
 
+  std::optional<OffloadScope> transformer_scope(std::in_place, transformer_weights_.get(),
+                                                offload_);
   for (int i = 0; i < steps; ++i) {
     t0 = now_seconds();
     const float t = scheduler->timesteps()[size_t(i)];
@@ -193,13 +253,21 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
     if (o.on_step_end) o.on_step_end(i, steps, latents);
   }
 
+  transformer_scope.reset();
+  out.memory.denoise = meter->finish();
+  meter.emplace();
+
   t0 = now_seconds();
   Tensor z = unpack_latents(latents, height, width, vae_scale_factor_);
   z = add(div(z, scaling_factor_), shift_factor_);
-  const Tensor decoded = vae->decode(z);
-  out.image = postprocess_image(decoded);
-  out.images = to_uint8_images(out.image);
+  {
+    const OffloadScope scope(vae_weights_.get(), offload_);
+    const Tensor decoded = vae->decode(z);
+    out.image = postprocess_image(decoded);
+    out.images = to_uint8_images(out.image);
+  }
   out.times.decode_seconds = now_seconds() - t0;
+  out.memory.decode = meter->finish();
   return out;
 }
 

@@ -20,17 +20,17 @@
 namespace tessera {
 
 struct FluxCallOptions {
-  std::vector<std::string> prompt;                 // one image batch per prompt
+  std::vector<std::string> prompt;                   // one image batch per prompt
   std::optional<std::vector<std::string>> prompt_2;  // T5 prompts (default: prompt)
-  std::optional<int64_t> height, width;            // default: 128 * vae_scale_factor (1024)
-  std::optional<int> num_inference_steps;          // default: 28 (diffusers' __call__)
-  std::optional<double> guidance_scale;            // default: 3.5 (used only with guidance_embeds)
+  std::optional<int64_t> height, width;              // default: 128 * vae_scale_factor (1024)
+  std::optional<int> num_inference_steps;            // default: 28 (diffusers' __call__)
+  std::optional<double> guidance_scale;  // default: 3.5 (used only with guidance_embeds)
   int num_images_per_prompt = 1;
-  std::optional<uint64_t> seed;                    // torch.Generator("cpu").manual_seed(seed)
-  Tensor latents;                                  // packed (B, L, 64) initial latents, optional
+  std::optional<uint64_t> seed;  // torch.Generator("cpu").manual_seed(seed)
+  Tensor latents;                // packed (B, L, 64) initial latents, optional
   int64_t max_sequence_length = 512;
-  std::optional<std::vector<double>> sigmas;       // custom sigmas (default linspace(1, 1/N, N))
-  StepCallback on_step_end;                        // called after each step
+  std::optional<std::vector<double>> sigmas;  // custom sigmas (default linspace(1, 1/N, N))
+  StepCallback on_step_end;                   // called after each step
 };
 
 // The checkpoint-specific defaults a user of diffusers would pass for each FLUX.1 variant
@@ -62,6 +62,17 @@ class FluxPipeline {
                                int64_t vae_scale_factor);
   static Tensor latent_image_ids(int64_t h, int64_t w, DType dtype);  // rows [0, row, col]
 
+  // diffusers' offload API: each model (text_encoder -> text_encoder_2 -> transformer -> vae)
+  // holds its weights only while it runs; sequential also streams the transformer's blocks one
+  // at a time. `device`: the execution device (default: detected); one that is not present is an
+  // error naming it and what is available.
+  void enable_model_cpu_offload(std::optional<Device> device = std::nullopt);
+  void enable_sequential_cpu_offload(std::optional<Device> device = std::nullopt);
+  OffloadMode offload_mode() const { return offload_; }
+  const Device& execution_device() const { return device_; }
+  // Memory used by from_pretrained (peaks and checkpoint bytes read).
+  const StageMemory& load_memory() const { return load_memory_; }
+
   FluxDefaults defaults() const;
   int64_t vae_scale_factor() const { return vae_scale_factor_; }
   DType dtype() const { return dtype_; }
@@ -76,8 +87,16 @@ class FluxPipeline {
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler;
 
  private:
+  void release_all_weights();
+
   std::string path_;
   DType dtype_ = DType::f32;
+  OffloadMode offload_ = OffloadMode::none;
+  Device device_;
+  StageMemory load_memory_;
+  // Where each model's weights came from, to materialise them per stage under offload.
+  std::unique_ptr<OffloadedModel> text_encoder_weights_, text_encoder_2_weights_,
+      transformer_weights_, vae_weights_;
   int64_t vae_scale_factor_ = 8;
   double scaling_factor_ = 0.3611, shift_factor_ = 0.1159;
 };

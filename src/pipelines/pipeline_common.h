@@ -3,10 +3,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "pipelines/offload.h"
 #include "runtime/device.h"
+#include "runtime/memory_stats.h"
 #include "runtime/tensor.h"
 
 namespace tessera {
@@ -14,6 +17,10 @@ namespace tessera {
 struct PipelineLoadOptions {
   DType dtype = DType::f32;  // diffusers' torch_dtype
   Device device = Device::cpu();
+  // enable_model_cpu_offload / enable_sequential_cpu_offload as each model loads, so loading
+  // never holds more than one model either.
+  OffloadMode offload = OffloadMode::none;
+  std::optional<Device> offload_device;  // default: detected (first accelerator, else CPU)
 };
 
 // Called after each denoising step with (step index, number of steps, latents after the step).
@@ -25,16 +32,21 @@ struct StageTimes {
   double decode_seconds = 0;
 };
 
+struct StageMemories {
+  StageMemory encode, denoise, decode;
+};
+
 struct RgbImage {
   int64_t height = 0, width = 0;
   std::vector<uint8_t> pixels;  // HxWx3
 };
 
 struct PipelineOutput {
-  Tensor image;                 // (B, H, W, 3) f32 in [0, 1], as output_type="np"
+  Tensor image;                  // (B, H, W, 3) f32 in [0, 1], as output_type="np"
   std::vector<RgbImage> images;  // as output_type="pil"
   Tensor initial_latents;        // what the denoising loop started from
   StageTimes times;
+  StageMemories memory;  // per stage (runtime/memory_stats.h)
   uint64_t seed = 0;
 };
 

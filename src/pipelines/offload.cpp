@@ -1,0 +1,196 @@
+#include "pipelines/offload.h"
+
+#include <exception>
+
+#include "io/safetensors.h"
+#include "ops/copy.h"
+#include "ops/linalg.h"
+#include "runtime/error.h"
+#include "runtime/memory_stats.h"
+#include "runtime/modes.h"
+#include "runtime/primitive.h"
+
+namespace tessera {
+
+OffloadMode offload_mode_from_name(const std::string& name) {
+  if (name == "none") return OffloadMode::none;
+  if (name == "model") return OffloadMode::model;
+  if (name == "sequential") return OffloadMode::sequential;
+  TESSERA_FAIL("[offload] unknown offload mode '", name, "'; expected none, model or sequential");
+}
+
+const char* offload_mode_name(OffloadMode mode) {
+  switch (mode) {
+    case OffloadMode::model:
+      return "model";
+    case OffloadMode::sequential:
+      return "sequential";
+    default:
+      return "none";
+  }
+}
+
+Device resolve_offload_device(const std::optional<Device>& requested) {
+  if (requested) {
+    require_available(*requested);  // "[device] cuda:0 is not available ...; available: cpu"
+    return *requested;
+  }
+  for (const Device& d : available_devices())
+    if (d.type != DeviceType::cpu) return d;
+  return Device::cpu();
+}
+
+void WeightSet::add(const Entry& e) {
+  entries_.push_back(e);
+  bytes_ += int64_t(shape_numel(e.source.shape()) * dtype_size(e.dtype));
+}
+
+void WeightSet::materialise() {
+  if (materialised_) return;
+  // Conversions run now, not recorded into a deferred segment that outlives the weights.
+  const EagerMode mode = eager_mode();
+  bool switched = false;
+  int64_t read = 0;
+  for (auto& e : entries_) {
+    if (e.source.dtype() != e.dtype && !switched && mode != EagerMode::DeferNever) {
+      set_eager_mode(EagerMode::DeferNever);
+      switched = true;
+    }
+    *e.slot = astype(e.source, e.dtype);
+    read += int64_t(e.source.nbytes());
+  }
+  if (switched) set_eager_mode(mode);
+  materialised_ = true;
+  note_weights_materialised(bytes_);
+  note_checkpoint_read(read);
+}
+
+void WeightSet::release() {
+  if (!materialised_) return;
+  for (auto& e : entries_) {
+    *e.slot = Tensor();
+    advise_mapped(e.source, MapAdvice::dont_need);
+  }
+  materialised_ = false;
+  note_weights_released(bytes_);
+}
+
+void WeightSet::prefetch() const {
+  for (const auto& e : entries_) advise_mapped(e.source, MapAdvice::will_need);
+}
+
+WeightRecorder::WeightRecorder() : prev_(set_load_observer(this)) {}
+WeightRecorder::~WeightRecorder() {
+  set_load_observer(prev_);
+}
+
+void WeightRecorder::loaded(Tensor* slot, const Tensor& source, DType dtype) {
+  seen_[slot] = {slot, source, dtype};
+}
+
+WeightSet WeightRecorder::take(const Module& module) {
+  WeightSet set;
+  int64_t read = 0;
+  for (const auto& p : module.named_parameters()) {
+    auto it = seen_.find(p.slot);
+    if (it == seen_.end()) continue;
+    if (p.slot->defined()) {  // a loader may drop a tied copy (T5's embed_tokens)
+      set.add(it->second);
+      read += int64_t(it->second.source.nbytes());
+    }
+    seen_.erase(it);
+  }
+  note_weights_materialised(set.bytes());
+  note_checkpoint_read(read);
+  return set;
+}
+
+// Streams one block's weights around its forward.
+class BlockStreamHook final : public ForwardHook {
+ public:
+  explicit BlockStreamHook(OffloadedModel& m) : m_(m) {}
+  void pre_forward(const Module& block) override {
+    const size_t i = index(block);
+    m_.blocks_[i].materialise();
+    if (i + 1 < m_.blocks_.size()) m_.blocks_[i + 1].prefetch();
+  }
+  void post_forward(const Module& block) override {
+    synchronize();  // deferred or queued ops that read the block run before it goes
+    m_.blocks_[index(block)].release();
+  }
+
+ private:
+  size_t index(const Module& block) const {
+    auto it = m_.block_index_.find(&block);
+    TESSERA_CHECK(it != m_.block_index_.end(), "[offload] a forward hook ran for a block ",
+                  "that sequential offload does not stream");
+    return it->second;
+  }
+  OffloadedModel& m_;
+};
+
+void OffloadedModel::stream_blocks(const std::vector<Module*>& blocks) {
+  TESSERA_CHECK(blocks_.empty(), "[offload] sequential offload is already enabled for this model");
+  const bool was = rest_.materialised();
+  std::map<Tensor*, size_t> owner;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    block_index_[blocks[i]] = i;
+    for (const auto& p : blocks[i]->named_parameters()) owner[p.slot] = i;
+  }
+  rest_.release();
+  const std::vector<WeightSet::Entry> all = rest_.entries();
+  rest_ = WeightSet(false);
+  blocks_.assign(blocks.size(), WeightSet(false));
+  for (const auto& e : all) {
+    auto it = owner.find(e.slot);
+    (it == owner.end() ? rest_ : blocks_[it->second]).add(e);
+  }
+  auto hook = std::make_shared<BlockStreamHook>(*this);
+  for (Module* b : blocks) {
+    b->set_forward_hook(hook);
+    hooked_.push_back(b);
+  }
+  if (was) rest_.materialise();
+}
+
+OffloadedModel::~OffloadedModel() {
+  for (Module* b : hooked_) b->set_forward_hook(nullptr);
+  if (rest_.materialised()) note_weights_released(rest_.bytes());
+  for (auto& b : blocks_)
+    if (b.materialised()) note_weights_released(b.bytes());
+}
+
+void OffloadedModel::materialise() {
+  rest_.materialise();
+}
+
+void OffloadedModel::release() {
+  synchronize();
+  rest_.release();
+  for (auto& b : blocks_) b.release();
+  clear_kernel_caches();  // repacked copies of the released weights would stay otherwise
+}
+
+int64_t OffloadedModel::bytes() const {
+  int64_t n = rest_.bytes();
+  for (const auto& b : blocks_) n += b.bytes();
+  return n;
+}
+
+OffloadScope::OffloadScope(OffloadedModel* model, OffloadMode mode) : model_(model), mode_(mode) {
+  if (model_ && mode_ != OffloadMode::none) model_->materialise();
+}
+
+OffloadScope::~OffloadScope() noexcept(false) {
+  if (!model_ || mode_ == OffloadMode::none) return;
+  if (std::uncaught_exceptions() == 0) {
+    model_->release();
+    return;
+  }
+  try {  // unwinding already: the first error is the one to report
+    model_->release();
+  } catch (...) {
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,106 @@
+// Model CPU offload and sequential (block-streaming) offload: a model's weights are materialised
+// (read from the memory map, converted to the run dtype if needed) only while it runs, then
+// released. See docs/decisions/0011-offload.md.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+#include "runtime/device.h"
+
+namespace tessera {
+
+enum class OffloadMode { none, model, sequential };
+// "none", "model", "sequential"; anything else throws naming the accepted values.
+OffloadMode offload_mode_from_name(const std::string& name);
+const char* offload_mode_name(OffloadMode mode);
+
+// The execution device for offload: `requested` if present (else an error naming it and what is
+// available), otherwise the first accelerator present, otherwise the CPU.
+Device resolve_offload_device(const std::optional<Device>& requested);
+
+// The weights of one module (a whole model, or one repeated block) and where each came from.
+class WeightSet {
+ public:
+  struct Entry {
+    Tensor* slot;
+    Tensor source;  // the checkpoint tensor (a zero-copy view of the map where possible)
+    DType dtype;    // the run dtype
+  };
+  explicit WeightSet(bool materialised = true) : materialised_(materialised) {}
+  void add(const Entry& e);
+  const std::vector<Entry>& entries() const { return entries_; }
+  bool empty() const { return entries_.empty(); }
+  int64_t bytes() const { return bytes_; }  // in the run dtype
+  bool materialised() const { return materialised_; }
+  // Fills every slot (zero-copy when the dtype matches, else converted now, even in deferred
+  // mode) and counts the bytes as materialised and read.
+  void materialise();
+  // Clears every slot and drops the mapped pages of the sources from this process.
+  void release();
+  // Starts reading the sources' pages (madvise WILLNEED), for the block that runs next.
+  void prefetch() const;
+
+ private:
+  std::vector<Entry> entries_;
+  int64_t bytes_ = 0;
+  bool materialised_ = true;  // load_weights filled the slots
+};
+
+// Records every parameter that load_weights fills on this thread while it is alive.
+class WeightRecorder final : public LoadObserver {
+ public:
+  WeightRecorder();
+  ~WeightRecorder() override;
+  void loaded(Tensor* slot, const Tensor& source, DType dtype) override;
+  // `module`'s parameters that are defined now (after its loader's own fix-ups), counted as
+  // materialised and read.
+  WeightSet take(const Module& module);
+
+ private:
+  std::map<Tensor*, WeightSet::Entry> seen_;
+  LoadObserver* prev_ = nullptr;
+};
+
+// One model's weights under offload: one set, or (sequential) one set per repeated block plus
+// the rest. Block sets are materialised by a forward hook around each block.
+class OffloadedModel {
+ public:
+  OffloadedModel(Module& model, WeightSet weights) : model_(model), rest_(std::move(weights)) {}
+  ~OffloadedModel();
+  OffloadedModel(const OffloadedModel&) = delete;
+  OffloadedModel& operator=(const OffloadedModel&) = delete;
+
+  // Moves the parameters of `blocks` (in execution order) into per-block sets and installs the
+  // hook that streams them: block i materialised before its forward, block i+1 prefetched, block
+  // i released after.
+  void stream_blocks(const std::vector<Module*>& blocks);
+  void materialise();  // everything not streamed
+  void release();      // everything
+  int64_t bytes() const;
+
+ private:
+  friend class BlockStreamHook;
+  Module& model_;
+  WeightSet rest_;
+  std::vector<WeightSet> blocks_;
+  std::map<const Module*, size_t> block_index_;
+  std::vector<Module*> hooked_;
+};
+
+// Materialises a model for the lifetime of the scope under offload (no-op without offload).
+class OffloadScope {
+ public:
+  OffloadScope(OffloadedModel* model, OffloadMode mode);
+  ~OffloadScope() noexcept(false);  // synchronizes: a queued op's error surfaces here
+  OffloadScope(const OffloadScope&) = delete;
+  OffloadScope& operator=(const OffloadScope&) = delete;
+
+ private:
+  OffloadedModel* model_;
+  OffloadMode mode_;
+};
+
+}  // namespace tessera
