@@ -5,6 +5,7 @@
 
 #include "runtime/error.h"
 #include "runtime/graph.h"
+#include "runtime/graph_plan.h"
 #include "runtime/modes.h"
 #include "runtime/stream.h"
 
@@ -45,7 +46,8 @@ std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
   ++g_ops_dispatched;
   // Kernels that dispatch ops themselves (contiguous() inside eval) run them inline.
   const bool nested = in_graph_execution() || Stream::on_worker();
-  if (!nested && device.type == DeviceType::cpu && eager_mode() == EagerMode::DeferAndFuse)
+  if (!nested && device.type == DeviceType::cpu &&
+      (eager_mode() == EagerMode::DeferAndFuse || graph_detail::tracing()))
     return record_op(std::move(p), inputs, outputs, device);
   std::vector<Tensor> ins;
   ins.reserve(inputs.size());
