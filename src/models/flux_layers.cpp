@@ -237,6 +237,20 @@ BlockOutput FluxTransformerBlock::operator()(const Tensor& hidden_states,
                                              const Tensor& encoder_hidden_states,
                                              const Tensor& temb,
                                              const RotaryEmbedding& rotary) const {
+  // Regional compilation routes every layer through its class's program (weights as inputs).
+  const auto out = call_compiled(
+      {hidden_states, encoder_hidden_states, temb, rotary.cos, rotary.sin},
+      [this](const std::vector<Tensor>& in) {
+        const BlockOutput o = forward_impl(in[0], in[1], in[2], RotaryEmbedding{in[3], in[4]});
+        return std::vector<Tensor>{o.encoder_hidden_states, o.hidden_states};
+      });
+  return {out[0], out[1]};
+}
+
+BlockOutput FluxTransformerBlock::forward_impl(const Tensor& hidden_states,
+                                               const Tensor& encoder_hidden_states,
+                                               const Tensor& temb,
+                                               const RotaryEmbedding& rotary) const {
   auto n = norm1(hidden_states, temb);
   auto nc = norm1_context(encoder_hidden_states, temb);
   auto a = attn(n.x, nc.x, &rotary);
@@ -275,6 +289,14 @@ BlockOutput FluxSingleTransformerBlock::operator()(const Tensor& hidden_states,
 
 Tensor FluxSingleTransformerBlock::forward_joint(const Tensor& residual, const Tensor& temb,
                                                  const RotaryEmbedding& rotary) const {
+  return call_compiled(
+      {residual, temb, rotary.cos, rotary.sin}, [this](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{forward_joint_impl(in[0], in[1], RotaryEmbedding{in[2], in[3]})};
+      })[0];
+}
+
+Tensor FluxSingleTransformerBlock::forward_joint_impl(const Tensor& residual, const Tensor& temb,
+                                                      const RotaryEmbedding& rotary) const {
   auto n = norm(residual, temb);
   Tensor mlp = gelu(proj_mlp(n.x), true);
   Tensor attn_out = attn(n.x, Tensor(), &rotary).hidden_states;

@@ -158,6 +158,10 @@ class FluxTransformerBlock : public Module {
   FluxAttention attn;
   nn::LayerNorm norm2, norm2_context;
   FeedForward ff, ff_context;
+
+ private:
+  BlockOutput forward_impl(const Tensor& hidden_states, const Tensor& encoder_hidden_states,
+                           const Tensor& temb, const RotaryEmbedding& rotary) const;
 };
 
 // FluxSingleTransformerBlock: the single-stream block over [text, image].
@@ -176,6 +180,10 @@ class FluxSingleTransformerBlock : public Module {
   nn::Linear proj_mlp;
   nn::Linear proj_out;
   FluxAttention attn;
+
+ private:
+  Tensor forward_joint_impl(const Tensor& joint, const Tensor& temb,
+                            const RotaryEmbedding& rotary) const;
 };
 
 }  // namespace tessera::flux

@@ -1,5 +1,7 @@
 #include "models/flux_transformer.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "io/model_folder.h"
@@ -117,11 +119,55 @@ std::unique_ptr<FluxTransformer2DModel> FluxTransformer2DModel::from_pretrained(
                  config_path, " has no place for: ", names, unused.size() > 5 ? ", ..." : "");
   }
   model->dtype_ = dtype;
+  // TESSERA_COMPILE=full|regional: the test suites run every model test in compiled mode.
+  if (const char* mode = std::getenv("TESSERA_COMPILE"); mode && *mode) {
+    if (std::strcmp(mode, "full") == 0)
+      model->compile();
+    else if (std::strcmp(mode, "regional") == 0)
+      model->compile_repeated_blocks();
+    else
+      TESSERA_FAIL(kWhere, " TESSERA_COMPILE='", mode, "' is not a mode; use full or regional");
+  }
   return model;
+}
+
+std::vector<std::string> FluxTransformer2DModel::capture_names() const {
+  std::vector<std::string> names = {"x_embedder", "time_text_embed", "context_embedder",
+                                    "pos_embed.cos", "pos_embed.sin"};
+  for (size_t i = 0; i < transformer_blocks.size(); ++i)
+    for (const char* k : {".encoder_hidden_states", ".hidden_states"})
+      names.push_back("transformer_blocks." + std::to_string(i) + k);
+  for (size_t i = 0; i < single_transformer_blocks.size(); ++i)
+    for (const char* k : {".encoder_hidden_states", ".hidden_states"})
+      names.push_back("single_transformer_blocks." + std::to_string(i) + k);
+  names.push_back("norm_out");
+  names.push_back("proj_out");
+  return names;
 }
 
 Tensor FluxTransformer2DModel::forward(const FluxTransformerInputs& in,
                                        std::map<std::string, Tensor>* capture) const {
+  if (!compiled_function() || compiled_function()->regional()) return forward_eager(in, capture);
+  // Compiled: the inputs are the program's inputs; captured activations are extra outputs.
+  const std::vector<std::string> names = capture ? capture_names() : std::vector<std::string>{};
+  const auto outs = call_compiled(
+      {in.hidden_states, in.encoder_hidden_states, in.pooled_projections, in.timestep, in.img_ids,
+       in.txt_ids, in.guidance},
+      [&](const std::vector<Tensor>& x) {
+        std::map<std::string, Tensor> cap;
+        const Tensor sample =
+            forward_eager({x[0], x[1], x[2], x[3], x[4], x[5], x[6]}, capture ? &cap : nullptr);
+        std::vector<Tensor> r{sample};
+        for (const auto& n : names) r.push_back(cap.at(n));
+        return r;
+      },
+      capture ? 1 : 0);
+  for (size_t i = 0; i < names.size(); ++i) (*capture)[names[i]] = outs[i + 1];
+  return outs[0];
+}
+
+Tensor FluxTransformer2DModel::forward_eager(const FluxTransformerInputs& in,
+                                             std::map<std::string, Tensor>* capture) const {
   auto record = [&](const std::string& name, const Tensor& t) {
     if (capture) (*capture)[name] = t;
   };

@@ -52,8 +52,16 @@ class FluxTransformer2DModel : public Module {
   // records the activations diffusers' goldens name: x_embedder, context_embedder,
   // time_text_embed, pos_embed.cos/sin, transformer_blocks.N.{encoder_,}hidden_states,
   // single_transformer_blocks.N.{encoder_,}hidden_states, norm_out, proj_out.
+  // Runs as one compiled program after compile() (with `capture`, a second program whose
+  // outputs include the activations), and per block after compile_repeated_blocks().
   Tensor forward(const FluxTransformerInputs& inputs,
                  std::map<std::string, Tensor>* capture = nullptr) const;
+  // diffusers' _repeated_blocks.
+  std::vector<std::string> repeated_blocks() const override {
+    return {"FluxTransformerBlock", "FluxSingleTransformerBlock"};
+  }
+  // The names forward's `capture` fills, in a fixed order.
+  std::vector<std::string> capture_names() const;
 
   DType dtype() const { return dtype_; }
 
@@ -69,6 +77,8 @@ class FluxTransformer2DModel : public Module {
   nn::Linear proj_out;
 
  private:
+  Tensor forward_eager(const FluxTransformerInputs& inputs,
+                       std::map<std::string, Tensor>* capture) const;
   DType dtype_ = DType::f32;
 };
 

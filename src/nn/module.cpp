@@ -1,9 +1,15 @@
 #include "nn/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <functional>
 #include <set>
+#include <typeinfo>
 
 #include "ops/copy.h"
 #include "runtime/error.h"
+#include "runtime/graph_plan.h"
 
 namespace tessera {
 
@@ -79,6 +85,93 @@ std::vector<std::string> Module::load_weights(const WeightSource& source, const 
 
 void Module::release_weights() {
   for (const auto& p : named_parameters()) *p.slot = Tensor();
+}
+
+std::string Module::class_name() const {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && d ? d : mangled;
+  std::free(d);
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+void Module::compile(const CompileOptions& options) {
+  compiled_ = std::make_shared<CompiledFunction>(class_name(), options, false);
+}
+
+void Module::compile_repeated_blocks(const CompileOptions& options) {
+  validate_compile_options(options);
+  const auto classes = repeated_blocks();
+  TESSERA_CHECK(!classes.empty(), "[compile_repeated_blocks] ", class_name(),
+                " lists no repeated blocks; use compile() for the whole model");
+  std::map<std::string, std::shared_ptr<CompiledFunction>> per_class;
+  for (const auto& c : classes) per_class[c] = std::make_shared<CompiledFunction>(c, options, true);
+  std::map<std::string, int64_t> found;
+  std::function<void(Module&)> walk = [&](Module& m) {
+    for (auto& [name, child] : m.children_) {
+      auto it = per_class.find(child->class_name());
+      if (it == per_class.end()) {
+        walk(*child);
+        continue;
+      }
+      child->compiled_ = it->second;
+      found[it->first]++;
+    }
+  };
+  walk(*this);
+  for (const auto& c : classes)
+    TESSERA_CHECK(found.count(c), "[compile_repeated_blocks] ", class_name(),
+                  " has no block of class ", c);
+}
+
+void Module::reset_compile() {
+  compiled_.reset();
+  for (auto& [name, child] : children_) child->reset_compile();
+}
+
+std::map<std::string, int64_t> Module::compiled_programs() const {
+  std::map<std::string, int64_t> out;
+  std::set<const CompiledFunction*> seen;
+  std::function<void(const Module&)> walk = [&](const Module& m) {
+    if (m.compiled_ && seen.insert(m.compiled_.get()).second)
+      out[m.compiled_->name()] += m.compiled_->num_programs();
+    for (const auto& [name, child] : m.children_) walk(*child);
+  };
+  walk(*this);
+  return out;
+}
+
+std::vector<Tensor> Module::call_compiled(const std::vector<Tensor>& inputs,
+                                          const CompiledFunction::Fn& body,
+                                          int64_t variant) const {
+  if (!compiled_ || graph_detail::tracing()) return body(inputs);
+  if (!compiled_->regional()) return (*compiled_)(inputs, body, variant);
+  // Regional: the parameters are inputs too; while tracing, the slots hold their placeholders.
+  const auto params = named_parameters();
+  std::vector<Tensor> all = inputs;
+  for (const auto& p : params) all.push_back(*p.slot);
+  const size_t n = inputs.size();
+  auto fn = [&](const std::vector<Tensor>& ph) {
+    std::vector<Tensor> saved;
+    for (size_t i = 0; i < params.size(); ++i) {
+      saved.push_back(*params[i].slot);
+      *params[i].slot = ph[n + i];
+    }
+    auto restore = [&] {
+      for (size_t i = 0; i < params.size(); ++i) *params[i].slot = saved[i];
+    };
+    try {
+      auto out = body(std::vector<Tensor>(ph.begin(), ph.begin() + int64_t(n)));
+      restore();
+      return out;
+    } catch (...) {
+      restore();
+      throw;
+    }
+  };
+  return (*compiled_)(all, fn, variant);
 }
 
 std::vector<std::string> RenamedWeightSource::names() const {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/compile.h"
 #include "runtime/tensor.h"
 
 namespace tessera {
@@ -76,6 +77,24 @@ class Module {
   // Drops every parameter (they are reloaded by load_weights; used by model offload).
   void release_weights();
 
+  // Compiled mode (runtime/compile.h): this module's forward runs as one program per input
+  // signature, parameters captured as constants. Only modules whose forward routes through
+  // call_compiled() are affected.
+  void compile(const CompileOptions& options = {});
+  // Regional compilation: each descendant whose class_name() is in repeated_blocks() runs
+  // through one program per class and signature, with its parameters as program inputs, so
+  // every layer of a class shares it (and weights may change between calls, as under offload).
+  void compile_repeated_blocks(const CompileOptions& options = {});
+  // Back to eager: forgets compile() and compile_repeated_blocks() on this tree.
+  void reset_compile();
+  // diffusers' _repeated_blocks: the block classes regional compilation compiles.
+  virtual std::vector<std::string> repeated_blocks() const { return {}; }
+  // The class name without namespaces ("FluxTransformerBlock").
+  virtual std::string class_name() const;
+  // Programs built per compiled function in this tree (its name: the class), for tests/reports.
+  std::map<std::string, int64_t> compiled_programs() const;
+  const std::shared_ptr<CompiledFunction>& compiled_function() const { return compiled_; }
+
   void set_forward_hook(std::shared_ptr<ForwardHook> hook) { hook_ = std::move(hook); }
   ForwardHook* forward_hook() const { return hook_.get(); }
 
@@ -91,6 +110,10 @@ class Module {
     for (size_t i = 0; i < children.size(); ++i)
       register_module(name + "." + std::to_string(i), children[i].get());
   }
+  // Runs `body` through this module's program when compiled (regional: with its parameters as
+  // extra program inputs), else calls it. `variant` tells apart calls with other output sets.
+  std::vector<Tensor> call_compiled(const std::vector<Tensor>& inputs,
+                                    const CompiledFunction::Fn& body, int64_t variant = 0) const;
 
  private:
   struct OwnParameter {
@@ -101,6 +124,7 @@ class Module {
   };
   std::vector<OwnParameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;
+  std::shared_ptr<CompiledFunction> compiled_;  // set by compile / compile_repeated_blocks
   std::shared_ptr<ForwardHook> hook_;
 };
 

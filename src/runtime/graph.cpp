@@ -9,36 +9,13 @@
 
 #include "runtime/error.h"
 #include "runtime/fusion.h"
+#include "runtime/graph_plan.h"
 #include "runtime/modes.h"
 #include "runtime/stream.h"
 
 namespace tessera {
+namespace graph_detail {
 namespace {
-
-struct Node {
-  PrimitivePtr prim;
-  std::vector<Tensor> inputs;  // pending inputs are private impl copies (for liveness counts)
-  std::vector<int64_t> src_node;
-  std::vector<int> src_out;
-  std::vector<TensorSpec> specs;
-  std::vector<std::shared_ptr<PendingOutput>> outs;
-  Device device;
-};
-
-// One step of a plan: a single node, or a fused kernel over several nodes.
-struct Step {
-  int64_t node = -1;
-  PrimitivePtr fused;
-  std::vector<std::pair<int64_t, int>> ext_inputs;  // (node, input) feeding the kernel
-  std::vector<std::pair<int64_t, int>> outputs;     // (node, out) the kernel writes
-  std::vector<std::pair<int64_t, int>> release;     // storages dropped after this step
-  int64_t fused_ops = 0;
-};
-
-struct Plan {
-  std::vector<Step> steps;
-  int64_t fused_kernels = 0, fused_ops = 0, allocations = 0;
-};
 
 int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
@@ -100,10 +77,10 @@ bool is_direct(const Tensor& t, const TensorSpec& spec) {
   return t.offset() == 0 && t.shape() == spec.shape && t.is_contiguous();
 }
 
-std::shared_ptr<Plan> build_plan(const std::vector<Node>& nodes,
-                                 const std::vector<std::vector<char>>& live, bool fuse) {
+}  // namespace
+
+Grouping group_nodes(const std::vector<Node>& nodes, bool fuse) {
   const int64_t nn = int64_t(nodes.size());
-  auto plan = std::make_shared<Plan>();
   std::vector<int64_t> group_of(size_t(nn), -1);
   std::vector<char> rowwise(size_t(nn), 0), fusible(size_t(nn), 0);
   for (int64_t i = 0; i < nn; ++i) {
@@ -115,7 +92,7 @@ std::shared_ptr<Plan> build_plan(const std::vector<Node>& nodes,
   // Groups: one open group at a time. A node joins when it has the group's shape and reads
   // group values only directly; a node that depends on the group otherwise closes it; an
   // independent node runs before the group (emitted where the group closes), so no cycles.
-  std::vector<std::vector<int64_t>> order;  // emitted units: one node or one group
+  Grouping order;  // emitted units: one node or one group
   std::vector<int64_t> open;
   int64_t open_id = 0;
   Shape open_shape;
@@ -150,7 +127,14 @@ std::shared_ptr<Plan> build_plan(const std::vector<Node>& nodes,
     order.push_back({i});
   }
   close();
+  return order;
+}
 
+std::shared_ptr<Plan> plan_from_grouping(const std::vector<Node>& nodes,
+                                         const std::vector<std::vector<char>>& live,
+                                         Grouping order) {
+  const int64_t nn = int64_t(nodes.size());
+  auto plan = std::make_shared<Plan>();
   // Consumers, for outputs needed outside a group and for release points.
   std::vector<std::vector<int64_t>> last_use(static_cast<size_t>(nn));
   for (int64_t i = 0; i < nn; ++i) last_use[i].assign(nodes[i].specs.size(), -1);
@@ -223,8 +207,38 @@ std::shared_ptr<Plan> build_plan(const std::vector<Node>& nodes,
     plan->allocations += int64_t(st.outputs.size());
     plan->steps.push_back(std::move(st));
   }
+  plan->grouping = std::move(order);
   return plan;
 }
+
+uint64_t structural_hash(const std::vector<Node>& nodes,
+                         const std::vector<std::vector<char>>& live) {
+  Hasher h;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    h.add_string(n.prim->name());
+    n.prim->hash_attributes(h);
+    h.add(uint64_t(n.device.type));
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      const Tensor& t = n.inputs[j];
+      h.add(uint64_t(n.src_node[j] + 1));
+      h.add(uint64_t(n.src_out[j]));
+      if (!n.placeholder.empty()) h.add(uint64_t(n.placeholder[j] + 1));
+      h.add(uint64_t(t.dtype()));
+      h.add(uint64_t(t.offset()));
+      for (auto d : t.shape()) h.add(uint64_t(d));
+      for (auto d : t.strides()) h.add(uint64_t(d));
+    }
+    for (size_t o = 0; o < n.outs.size(); ++o) {
+      h.add(uint64_t(live[i][o]));
+      h.add(uint64_t(n.specs[o].dtype));
+      for (auto d : n.specs[o].shape) h.add(uint64_t(d));
+    }
+  }
+  return h.value();
+}
+
+namespace {
 
 // A resolved copy of a recorded input (storage filled in from its producer).
 Tensor resolved(const Tensor& t) {
@@ -288,31 +302,17 @@ void materialize_locked(State& s) {
     for (const auto& t : n.inputs)
       if (t.impl()->pending && !t.impl()->storage) internal[t.impl()->pending.get()]++;
   std::vector<std::vector<char>> live(nodes.size());
-  Hasher h;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
-    h.add_string(n.prim->name());
-    n.prim->hash_attributes(h);
-    h.add(uint64_t(n.device.type));
-    for (size_t j = 0; j < n.inputs.size(); ++j) {
-      const Tensor& t = n.inputs[j];
-      h.add(uint64_t(n.src_node[j] + 1));
-      h.add(uint64_t(n.src_out[j]));
-      h.add(uint64_t(t.dtype()));
-      h.add(uint64_t(t.offset()));
-      for (auto d : t.shape()) h.add(uint64_t(d));
-      for (auto d : t.strides()) h.add(uint64_t(d));
-    }
     live[i].resize(n.outs.size());
     for (size_t o = 0; o < n.outs.size(); ++o) {
       const auto it = internal.find(n.outs[o].get());
       const long refs = n.outs[o].use_count() - 1 - (it == internal.end() ? 0 : it->second);
       live[i][o] = refs > 0;
-      h.add(uint64_t(live[i][o]));
-      h.add(uint64_t(n.specs[o].dtype));
-      for (auto d : n.specs[o].shape) h.add(uint64_t(d));
     }
   }
+  Hasher h;
+  h.add(structural_hash(nodes, live));
   h.add(s.fuse);
   std::shared_ptr<const Plan> plan;
   SegmentReport rep;
@@ -324,7 +324,7 @@ void materialize_locked(State& s) {
     detail::note_cache_hit();
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    plan = build_plan(nodes, live, s.fuse);
+    plan = plan_from_grouping(nodes, live, group_nodes(nodes, s.fuse));
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     detail::note_compile(secs);
@@ -350,13 +350,26 @@ void materialize_locked(State& s) {
 }
 
 }  // namespace
+}  // namespace graph_detail
+
+using namespace graph_detail;
 
 bool in_graph_execution() {
   return t_executing > 0;
 }
 
+namespace graph_detail {
+ExecutionScope::ExecutionScope() {
+  ++t_executing;
+}
+ExecutionScope::~ExecutionScope() {
+  --t_executing;
+}
+}  // namespace graph_detail
+
 std::vector<Tensor> record_op(PrimitivePtr p, const std::vector<Tensor>& inputs,
                               const std::vector<TensorSpec>& outputs, const Device& device) {
+  if (tracing()) return trace_record(std::move(p), inputs, outputs, device);
   State& s = state();
   std::lock_guard<std::recursive_mutex> lock(s.mu);
   Node n;
@@ -418,6 +431,7 @@ void materialize_pending_graph() {
 
 void resolve_pending(TensorImpl& impl) {
   if (impl.storage || !impl.pending) return;
+  if (impl.pending->segment == kTraceSegment) trace_host_read(impl);
   if (!impl.pending->storage) materialize_pending_graph();
   TESSERA_CHECK(impl.pending->storage, "[defer] a pending tensor ", dtype_name(impl.dtype),
                 shape_str(impl.shape), " has no data: its deferred segment failed");

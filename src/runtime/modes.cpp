@@ -67,7 +67,8 @@ bool launch_blocking() {
 ModeStats mode_stats() {
   std::lock_guard<std::mutex> lock(g_mu);
   ModeStats s = g_stats;
-  s.mode = eager_mode_name(eager_mode());
+  s.mode = s.compiled_runs > 0 ? (s.regional ? "compile-regional" : "compile")
+                               : eager_mode_name(eager_mode());
   s.ops_dispatched = dispatch_stats().ops_dispatched;
   return s;
 }
@@ -83,7 +84,10 @@ std::string mode_stats_json(const ModeStats& s) {
   os << "{\"mode\": \"" << s.mode << "\", \"compiles\": " << s.compiles
      << ", \"cache_hits\": " << s.cache_hits << ", \"compile_seconds\": " << s.compile_seconds
      << ", \"fused_kernels\": " << s.fused_kernels << ", \"ops_dispatched\": " << s.ops_dispatched
-     << ", \"segments\": " << s.segments << "}";
+     << ", \"segments\": " << s.segments << ", \"program_compiles\": " << s.program_compiles
+     << ", \"program_cache_hits\": " << s.program_cache_hits
+     << ", \"compiled_runs\": " << s.compiled_runs << ", \"disk_cache_hits\": " << s.disk_cache_hits
+     << ", \"regional\": " << (s.regional ? "true" : "false") << "}";
   return os.str();
 }
 
@@ -104,6 +108,24 @@ void note_fused_kernels(int64_t n) {
 void note_segment() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_stats.segments++;
+}
+void note_program_built() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.program_compiles++;
+}
+void note_program_cache_hit() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.program_cache_hits++;
+}
+void note_compiled_run(bool regional, int64_t fused_kernels) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.compiled_runs++;
+  g_stats.regional = g_stats.regional || regional;
+  g_stats.fused_kernels += fused_kernels;
+}
+void note_disk_cache_hit() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_stats.disk_cache_hits++;
 }
 }  // namespace detail
 

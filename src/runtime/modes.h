@@ -24,13 +24,20 @@ void set_launch_blocking(bool on);
 bool launch_blocking();
 
 struct ModeStats {
-  std::string mode;            // "eager" or "defer"
+  std::string mode;            // "eager", "defer", "compile" or "compile-regional"
   int64_t compiles = 0;        // segment plans built (fusion + memory plan)
   int64_t cache_hits = 0;      // segments that reused a cached plan
   double compile_seconds = 0;  // time spent building plans
   int64_t fused_kernels = 0;   // fused kernels run (each replaces two or more ops)
   int64_t ops_dispatched = 0;  // ops that went through dispatch()
   int64_t segments = 0;        // deferred segments materialised
+  // Compiled mode (runtime/compile.h): compiles/cache_hits above count its programs too;
+  // these count only them (deferred segments may run around regional programs).
+  int64_t program_compiles = 0;    // programs built (one per function and input signature)
+  int64_t program_cache_hits = 0;  // calls that reused a program
+  int64_t compiled_runs = 0;       // calls that ran a compiled program
+  int64_t disk_cache_hits = 0;     // plans read from TESSERA_CACHE_DIR instead of planned
+  bool regional = false;           // programs are per repeated block (compile_repeated_blocks)
 };
 ModeStats mode_stats();
 void reset_mode_stats();
@@ -43,6 +50,11 @@ void note_compile(double seconds);
 void note_cache_hit();
 void note_fused_kernels(int64_t n);
 void note_segment();
+// Counters bumped by compiled programs.
+void note_program_built();
+void note_program_cache_hit();
+void note_compiled_run(bool regional, int64_t fused_kernels);
+void note_disk_cache_hit();
 }  // namespace detail
 
 }  // namespace tessera
