@@ -76,8 +76,18 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
       vmax = _mm512_mask_max_ps(vmax, k, vmax, x);
     }
   } else {
-    for (int64_t j = 0; j < nvalid; j += 16)
+    // Four running maxima: one would make this pass a chain of dependent max latencies.
+    __m512 m1 = vmax, m2 = vmax, m3 = vmax;
+    int64_t j = 0;
+    for (; j + 64 <= nvalid; j += 64) {
+      vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j));
+      m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j + 16));
+      m2 = _mm512_max_ps(m2, _mm512_loadu_ps(s + j + 32));
+      m3 = _mm512_max_ps(m3, _mm512_loadu_ps(s + j + 48));
+    }
+    for (; j < nvalid; j += 16)
       vmax = _mm512_mask_max_ps(vmax, tail_mask(nvalid - j), vmax, _mm512_loadu_ps(s + j));
+    vmax = _mm512_max_ps(_mm512_max_ps(vmax, m1), _mm512_max_ps(m2, m3));
     vmax = _mm512_mul_ps(vmax, vscale);
   }
   const float mx = std::max(*m, _mm512_reduce_max_ps(vmax));
@@ -114,7 +124,8 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
       static_cast<float*>(p)[j] = e;
   }
   const float sum = _mm512_reduce_add_ps(vsum) + sum_tail;
-  const float alpha = std::exp(*m - mx);  // exp(-inf) = 0 on the first block
+  // exp(-inf) = 0 on the first block; exp(0) == 1 exactly, so skip the libm call then.
+  const float alpha = mx == *m ? 1.f : std::exp(*m - mx);
   *l = *l * alpha + sum;
   *m = mx;
   return alpha;
