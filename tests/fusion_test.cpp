@@ -125,6 +125,29 @@ TEST_F(Fusion, ViewOfAnIntermediateIsMaterialised) {
   EXPECT_TRUE(test::bit_equal(out, ref));
 }
 
+// Narrow rows are evaluated many rows per chunk: operands whose rows are not one contiguous run
+// (per-batch broadcast, a transposed view, a per-row scalar) are gathered row by row; chunks and
+// blocks end mid-tensor. Bit-identical to eager.
+TEST_F(Fusion, NarrowRowsManyPerChunkMatchEager) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor x = rnd({3, 700, 24}, dt, 11), gate = rnd({3, 1, 24}, dt, 12);
+    const Tensor tr = rnd({3, 24, 700}, dt, 13).transpose(1, 2);  // inner stride 700
+    const Tensor per_row = rnd({3, 700, 1}, dt, 14), w = rnd({24}, dt, 15);
+    auto f = [&] {
+      const Tensor h = rms_norm(x, w, 1e-6) * gate + tr;
+      return silu(h * per_row) + x * 0.5;
+    };
+    const Tensor ref = f();
+    set_eager_mode(EagerMode::DeferAndFuse);
+    const Tensor out = f();
+    synchronize();
+    const SegmentReport r = last_segment_report();
+    set_eager_mode(EagerMode::DeferNever);
+    EXPECT_EQ(r.fused_kernels, 1);
+    EXPECT_TRUE(test::bit_equal(out, ref)) << dtype_name(dt);
+  }
+}
+
 TEST_F(Fusion, FusionOffRunsEveryOp) {
   const Tensor x = rnd({5, 5}, DType::bf16, 10);
   set_fusion_enabled(false);

@@ -23,16 +23,15 @@ void* CpuAllocator::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   void* p = nullptr;
   auto it = free_.find(cls);
-  if (it != free_.end()) {
-    p = it->second;
-    free_.erase(it);
+  if (it != free_.end() && !it->second.empty()) {
+    p = it->second.back();
+    it->second.pop_back();
     stats_.cached_bytes -= int64_t(cls);
     stats_.reuse_count++;
   } else {
     p = std::aligned_alloc(64, cls);
     if (!p && stats_.cached_bytes > 0) {  // out of memory: give back the cache and retry
-      for (auto& [sz, blk] : free_) std::free(blk);
-      free_.clear();
+      release_cached_locked();
       stats_.cached_bytes = 0;
       p = std::aligned_alloc(64, cls);
     }
@@ -51,7 +50,7 @@ void CpuAllocator::deallocate(void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.current_bytes -= int64_t(cls);
   stats_.cached_bytes += int64_t(cls);
-  free_.emplace(cls, p);
+  free_[cls].push_back(p);
 }
 
 MemoryStats CpuAllocator::stats() const {
@@ -66,12 +65,19 @@ void CpuAllocator::reset_peak() {
 
 void CpuAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [sz, blk] : free_) std::free(blk);
-  free_.clear();
+  release_cached_locked();
   stats_.cached_bytes = 0;
 }
 
-CpuAllocator::~CpuAllocator() { empty_cache(); }
+void CpuAllocator::release_cached_locked() {
+  for (auto& [sz, blocks] : free_)
+    for (void* blk : blocks) std::free(blk);
+  free_.clear();
+}
+
+CpuAllocator::~CpuAllocator() {
+  empty_cache();
+}
 
 Allocator& cpu_allocator() {
   static CpuAllocator* a = new CpuAllocator();  // never destroyed: tensors may outlive main

@@ -2,8 +2,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 namespace tessera {
 
@@ -40,8 +41,10 @@ class CpuAllocator final : public Allocator {
   static size_t size_class(size_t bytes);
 
  private:
+  void release_cached_locked();
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // size class -> block
+  // Size class -> freed blocks (a vector per class: no node allocation per free, LIFO reuse).
+  std::unordered_map<size_t, std::vector<void*>> free_;
   MemoryStats stats_;
 };
 

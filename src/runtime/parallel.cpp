@@ -23,7 +23,9 @@ int& thread_count() {
 }
 }  // namespace
 
-int num_threads() { return thread_count(); }
+int num_threads() {
+  return thread_count();
+}
 
 void set_num_threads(int n) {
   if (n < 1) n = 1;
@@ -31,7 +33,7 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int threads = num_threads();

@@ -2,7 +2,8 @@
 // GEMMs and our own kernels never compete with a second set of spinning threads.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
 
 namespace tessera {
 
@@ -10,8 +11,25 @@ namespace tessera {
 int num_threads();
 void set_num_threads(int n);
 
+// A non-owning reference to a callable fn(begin, end): every kernel passes a lambda per call, and
+// std::function would heap-allocate the lambda's captures each time (it only lives for the call).
+class RangeFn {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(F&& f)  // NOLINT: implicit, so lambdas convert at the call
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* o, int64_t b, int64_t e) {
+          (*static_cast<std::remove_reference_t<F>*>(o))(b, e);
+        }) {}
+  void operator()(int64_t b, int64_t e) const { call_(obj_, b, e); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int64_t, int64_t);
+};
+
 // Runs fn(begin, end) over [0, n) split into chunks of at least `grain` items, in parallel.
 // Runs inline when n <= grain or when already inside a parallel region.
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t n, int64_t grain, RangeFn fn);
 
 }  // namespace tessera

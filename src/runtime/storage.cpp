@@ -12,7 +12,7 @@ static Allocator& allocator_for(const Device& d) {
 }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, const Device& device) {
-  std::shared_ptr<Storage> s(new Storage());
+  auto s = std::make_shared<Storage>(Token());
   s->data_ = allocator_for(device).allocate(nbytes);
   s->nbytes_ = nbytes;
   s->device_ = device;
@@ -21,7 +21,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, const Device& device) 
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes, const Device& device,
                                          std::shared_ptr<const void> keepalive) {
-  std::shared_ptr<Storage> s(new Storage());
+  auto s = std::make_shared<Storage>(Token());
   s->data_ = data;
   s->nbytes_ = nbytes;
   s->device_ = device;

@@ -16,6 +16,13 @@ class Storage {
   static std::shared_ptr<Storage> borrow(void* data, size_t nbytes, const Device& device,
                                          std::shared_ptr<const void> keepalive);
   ~Storage();
+  // Only for allocate/borrow (make_shared needs a public constructor: one allocation, not two).
+  struct Token {
+   private:
+    friend class Storage;
+    Token() = default;
+  };
+  explicit Storage(Token) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
@@ -29,7 +36,6 @@ class Storage {
   std::atomic<uint64_t> stream_seq{0};
 
  private:
-  Storage() = default;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

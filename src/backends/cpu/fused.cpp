@@ -1,14 +1,31 @@
 // CPU evaluation of a FusedKernel: per block of rows, row-wise ops (norms) run into a small
-// scratch, then each chunk of a row evaluates the program in fp32 registers-in-buffers and
-// stores only the kernel's outputs. Values round to their op's dtype where the op would store.
+// scratch, then each chunk evaluates the program in fp32 registers-in-buffers and stores only
+// the kernel's outputs. Values round to their op's dtype where the op would store. Narrow rows
+// (d < kEwChunk) are evaluated several rows per chunk, so the program's per-instruction cost is
+// paid per 2048 elements, not per row.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "backends/cpu/elementwise_kernels.h"
 #include "runtime/fusion.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
+namespace {
+
+// Per-thread float scratch that only grows (no zero-fill, no allocation per call).
+float* thread_scratch(size_t n) {
+  thread_local std::unique_ptr<float[]> buf;
+  thread_local size_t cap = 0;
+  if (n > cap) {
+    buf.reset(new float[n]);
+    cap = n;
+  }
+  return buf.get();
+}
+
+}  // namespace
 
 void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Shape& shape = out[0].shape();
@@ -28,6 +45,8 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
   }
   std::vector<Strides> st(nin, Strides(size_t(nd), 0));
   std::vector<const char*> base(nin, nullptr);
+  std::vector<DType> dts(nin, DType::f32);
+  std::vector<size_t> ess(nin, 4);
   for (size_t k = 0; k < nin; ++k) {
     if (!used[k]) continue;
     const Tensor& t = in[k];
@@ -37,20 +56,35 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
       st[k][j] = (tj < 0 || t.shape()[tj] == 1) ? 0 : t.strides()[tj];
     }
     base[k] = static_cast<const char*>(t.raw_data());
+    dts[k] = t.dtype();
+    ess[k] = dtype_size(t.dtype());
   }
   std::vector<char*> obase(out.size());
   for (size_t q = 0; q < out.size(); ++q) obase[q] = static_cast<char*>(out[q].raw_data());
 
   const EwKernels& K = ew_kernels();
+  // Rows per chunk: whole rows while they fit in one chunk, else one row in column chunks.
+  const int64_t rpc = d < kEwChunk ? kEwChunk / d : 1;
   const int64_t block = std::max<int64_t>(1, 16384 / d);
   const int64_t nblocks = (rows + block - 1) / block;
+  const size_t per_thread = (nval + nin) * size_t(kEwChunk);
   parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> vals(nval * kEwChunk), bufs(nin * kEwChunk);
+    float* vals = thread_scratch(per_thread);
+    float* bufs = vals + nval * kEwChunk;
     std::vector<std::vector<char>> scratch(nval);
     std::vector<int64_t> roff(nin, 0);
     std::vector<const float*> lp(nin);
     std::vector<int64_t> ls(nin);
     std::vector<char> loaded(nin);
+    // Offset (elements) of row r of input k.
+    auto row_offset = [&](size_t k, int64_t r) {
+      int64_t off = 0, rem = r;
+      for (int64_t j = nd - 2; j >= 0; --j) {
+        off += (rem % shape[j]) * st[k][j];
+        rem /= shape[j];
+      }
+      return off;
+    };
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
       for (size_t v = 0; v < nval; ++v) {
@@ -66,42 +100,57 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
             Tensor::from_blob(scratch[v].data(), {r1 - r0, d}, I.dtype, nullptr)};
         I.row_prim->eval_cpu(rin, rout);
       }
-      for (int64_t r = r0; r < r1; ++r) {
-        for (size_t k = 0; k < nin; ++k) {
-          if (!used[k]) continue;
-          int64_t off = 0, rem = r;
-          for (int64_t j = nd - 2; j >= 0; --j) {
-            off += (rem % shape[j]) * st[k][j];
-            rem /= shape[j];
-          }
-          roff[k] = off;
-        }
+      for (int64_t r = r0; r < r1; r += rpc) {
+        const int64_t nr = std::min(rpc, r1 - r);  // rows in this chunk (1 when d >= chunk)
+        for (size_t k = 0; k < nin; ++k)
+          if (used[k]) roff[k] = row_offset(k, r);
         for (int64_t c0 = 0; c0 < d; c0 += kEwChunk) {
-          const int64_t n = std::min(kEwChunk, d - c0);
+          const int64_t n = nr > 1 ? nr * d : std::min(kEwChunk, d - c0);
           std::fill(loaded.begin(), loaded.end(), 0);
           auto fetch = [&](const FusedOperand& o, const float** p, int64_t* s) {
             if (!o.is_input) {
-              *p = vals.data() + size_t(o.index) * kEwChunk;
+              *p = vals + size_t(o.index) * kEwChunk;
               *s = 1;
               return;
             }
             const int k = o.index;
             if (!loaded[k]) {
-              const Tensor& t = in[k];
-              const size_t es = dtype_size(t.dtype());
+              const DType dt = dts[k];
+              const int64_t es = int64_t(ess[k]);
               const int64_t inner = nd ? st[k][nd - 1] : 0;
-              float* buf = bufs.data() + size_t(k) * kEwChunk;
-              const char* src = base[k] + (roff[k] + c0 * inner) * int64_t(es);
-              if (inner == 1) {
-                lp[k] = ew_load(src, t.dtype(), n, buf);
-                ls[k] = 1;
-              } else if (inner == 0) {
-                lp[k] = ew_load(src, t.dtype(), 1, buf);
+              float* buf = bufs + size_t(k) * kEwChunk;
+              const int64_t m = nr > 1 ? d : n;  // elements per row segment
+              // Rows of this chunk: one contiguous run, all the same, or gathered row by row.
+              bool same = true, run = inner == 1;
+              for (int64_t i = 1; i < nr && (same || run); ++i) {
+                const int64_t off = row_offset(k, r + i);
+                same = same && off == roff[k];
+                run = run && off == roff[k] + i * d;
+              }
+              const char* src = base[k] + (roff[k] + c0 * inner) * es;
+              if (inner == 0 && same) {
+                lp[k] = ew_load(src, dt, 1, buf);
                 ls[k] = 0;
+              } else if (run || (inner == 1 && nr == 1)) {
+                lp[k] = ew_load(src, dt, n, buf);
+                ls[k] = 1;
               } else {
-                for (int64_t i = 0; i < n; ++i)
-                  convert_elements(src + i * inner * int64_t(es), t.dtype(), buf + i, DType::f32,
-                                   1);
+                for (int64_t i = 0; i < nr; ++i) {
+                  const char* rs =
+                      base[k] + (i ? row_offset(k, r + i) : roff[k]) * es + c0 * inner * es;
+                  float* rb = buf + i * m;
+                  if (inner == 1) {
+                    const float* f = ew_load(rs, dt, m, rb);
+                    if (f != rb) std::memcpy(rb, f, size_t(m) * 4);
+                  } else if (inner == 0) {
+                    float v;
+                    convert_elements(rs, dt, &v, DType::f32, 1);
+                    std::fill(rb, rb + m, v);
+                  } else {
+                    for (int64_t e = 0; e < m; ++e)
+                      convert_elements(rs + e * inner * es, dt, rb + e, DType::f32, 1);
+                  }
+                }
                 lp[k] = buf;
                 ls[k] = 1;
               }
@@ -112,7 +161,7 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
           };
           for (size_t v = 0; v < nval; ++v) {
             const FusedInstr& I = prog_[v];
-            float* o = vals.data() + v * kEwChunk;
+            float* o = vals + v * kEwChunk;
             const float *pa = nullptr, *pb = nullptr;
             int64_t sa = 0, sb = 0;
             switch (I.kind) {
@@ -148,7 +197,7 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
           }
           for (size_t q = 0; q < out.size(); ++q) {
             const size_t es = dtype_size(out[q].dtype());
-            ew_store(vals.data() + size_t(out_values_[q]) * kEwChunk,
+            ew_store(vals + size_t(out_values_[q]) * kEwChunk,
                      obase[q] + (r * d + c0) * int64_t(es), out[q].dtype(), n);
           }
         }
