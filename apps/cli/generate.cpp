@@ -21,6 +21,7 @@ namespace {
 struct GenerateOptions {
   std::string model, prompt, prompt_2, output = "tessera.png", report, dtype = "f32",
                                        device = "cpu", mode, offload = "none";
+  bool compile = false, compile_regional = false;
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<double> guidance;
@@ -86,9 +87,11 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "tessera: using the bundled default model %s%s\n", model.c_str(),
                  test_pipeline ? " (tiny random-weight test pipeline: the image is noise)" : "");
 
-  // --mode overrides TESSERA_DEFER_AND_FUSE; compiled mode is not built yet (issue 5).
-  TESSERA_CHECK(o.mode != "compile",
-                "--mode compile is not available yet; use --mode eager or --mode defer");
+  // --mode overrides TESSERA_DEFER_AND_FUSE; compiled modes apply to the transformer only.
+  const bool compile_full = (o.compile || o.mode == "compile") && !o.compile_regional;
+  TESSERA_CHECK(!compile_full || o.offload == "none",
+                "--compile compiles the whole transformer with its weights as constants, which "
+                "offload could not release; use --compile-regional with --offload");
   if (o.mode == "eager") set_eager_mode(EagerMode::DeferNever);
   if (o.mode == "defer") set_eager_mode(EagerMode::DeferAndFuse);
   reset_mode_stats();
@@ -103,6 +106,9 @@ int run_generate(const GenerateOptions& o) {
   TESSERA_CHECK(folder.class_name == "FluxPipeline", model, ": pipeline class '",
                 folder.class_name, "' is not supported yet (supported: FluxPipeline)");
   auto pipe = FluxPipeline::from_pretrained(model, load);
+  if (compile_full || o.compile_regional) pipe->transformer->reset_compile();
+  if (compile_full) pipe->transformer->compile();
+  if (o.compile_regional) pipe->transformer->compile_repeated_blocks();
   const double load_seconds = now_seconds() - t_load;
 
   FluxCallOptions call;
@@ -193,8 +199,13 @@ void register_generate(CLI::App& app, Runner& run) {
   sub->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--device", o->device, "execution device (cpu)");
   sub->add_option("--mode", o->mode,
-                  "execution mode: eager (strict, default) or defer (deferred and fused)")
+                  "execution mode: eager (strict, default), defer (deferred and fused) or "
+                  "compile (the transformer traced once per input shape into one program)")
       ->check(CLI::IsMember({"eager", "defer", "compile"}));
+  sub->add_flag("--compile", o->compile, "same as --mode compile");
+  sub->add_flag("--compile-regional", o->compile_regional,
+                "compile each repeated transformer block class once (weights as inputs; works "
+                "with --offload); the rest runs in the eager/defer mode chosen");
   sub->add_option("--offload", o->offload,
                   "none (default), model (each model's weights only while it runs) or "
                   "sequential (the transformer's blocks one at a time)")
