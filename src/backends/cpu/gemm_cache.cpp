@@ -4,8 +4,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <list>
+#include <optional>
 #include <vector>
 
+#include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/linalg.h"
 #include "runtime/cpu_features.h"
@@ -48,7 +50,8 @@ std::mutex& clear_mu() {
   return mu;
 }
 
-// Least-recently-used map of repacked weights, bounded in bytes.
+// Least-recently-used map of repacked weights, bounded in bytes: oneDNN layouts (`md`) and our
+// AMX tile layout (`tiles`), each weight packed once per layout.
 class PackedCache {
  public:
   struct Entry {
@@ -57,6 +60,7 @@ class PackedCache {
     dnnl::memory::desc md;
     dnnl::memory mem;
     size_t bytes;
+    std::shared_ptr<const uint16_t> tiles;
   };
 
   PackedCache() {
@@ -67,34 +71,31 @@ class PackedCache {
 
   dnnl::memory get(const Tensor& w, const dnnl::memory::desc& user_md,
                    const dnnl::memory::desc& packed_md) {
-    KeyBuilder kb;
-    kb.add(int64_t(reinterpret_cast<uintptr_t>(w.storage().get()))).add(w.offset()).add(w);
-    const std::string key = kb.str();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = index_.find(key);
-      if (it != index_.end()) {
-        for (auto lit : it->second) {
-          auto owner = lit->owner.lock();
-          if (owner.get() == w.storage().get() && lit->md == packed_md) {
-            lru_.splice(lru_.begin(), lru_, lit);
-            ++g_packed_hits;
-            return lit->mem;
-          }
-        }
-      }
-    }
+    const std::string key = key_of(w);
+    if (auto e = find(key, w, [&](const Entry& e) { return !e.tiles && e.md == packed_md; }))
+      return e->mem;
     ++g_packed_misses;
     dnnl::memory packed = reorder_to(wrap(user_md, w), packed_md);
-    const size_t bytes = packed_md.get_size();
-    std::lock_guard<std::mutex> lock(mu_);
-    drop_dead_locked(key);
-    if (bytes > capacity_) return packed;
-    lru_.push_front(Entry{key, w.storage(), packed_md, packed, bytes});
-    index_[key].push_back(lru_.begin());
-    bytes_ += bytes;
-    while (bytes_ > capacity_ && !lru_.empty()) erase_locked(std::prev(lru_.end()));
+    insert(Entry{key, w.storage(), packed_md, packed, packed_md.get_size(), nullptr});
     return packed;
+  }
+
+  std::shared_ptr<const uint16_t> get_tiles(const Tensor& w) {
+    const std::string key = key_of(w);
+    if (auto e = find(key, w, [](const Entry& e) { return bool(e.tiles); })) return e->tiles;
+    ++g_packed_misses;
+    const int64_t N = w.dim(0), K = w.dim(1);
+    const size_t bytes = amx_gemm::packed_b_elems(K, N) * sizeof(uint16_t);
+    auto* buf = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
+    TESSERA_CHECK(buf, "[linear] out of memory packing weight ", w.describe(), " (", bytes,
+                  " bytes)");
+    std::shared_ptr<const uint16_t> tiles(
+        buf, [](const uint16_t* p) { std::free(const_cast<uint16_t*>(p)); });
+    // B(k, n) = W[n, k].
+    amx_gemm::pack_b(static_cast<const uint16_t*>(w.raw_data()), w.strides()[1], w.strides()[0], K,
+                     N, buf);
+    insert(Entry{key, w.storage(), {}, {}, bytes, tiles});
+    return tiles;
   }
 
   void clear() {
@@ -116,6 +117,38 @@ class PackedCache {
 
  private:
   using Iter = std::list<Entry>::iterator;
+
+  static std::string key_of(const Tensor& w) {
+    KeyBuilder kb;
+    kb.add(int64_t(reinterpret_cast<uintptr_t>(w.storage().get()))).add(w.offset()).add(w);
+    return kb.str();
+  }
+  // A copy of the live entry for w's storage that `match` accepts (moved to the front).
+  template <typename Match>
+  std::optional<Entry> find(const std::string& key, const Tensor& w, Match&& match) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return std::nullopt;
+    for (auto lit : it->second) {
+      auto owner = lit->owner.lock();
+      if (owner.get() == w.storage().get() && match(*lit)) {
+        lru_.splice(lru_.begin(), lru_, lit);
+        ++g_packed_hits;
+        return *lit;
+      }
+    }
+    return std::nullopt;
+  }
+  void insert(Entry e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_dead_locked(e.key);
+    if (e.bytes > capacity_) return;
+    bytes_ += e.bytes;
+    const std::string key = e.key;
+    lru_.push_front(std::move(e));
+    index_[key].push_back(lru_.begin());
+    while (bytes_ > capacity_ && !lru_.empty()) erase_locked(std::prev(lru_.end()));
+  }
   void erase_locked(Iter it) {
     auto& v = index_[it->key];
     for (size_t i = 0; i < v.size(); ++i) {
@@ -232,6 +265,10 @@ dnnl::memory packed_weights(const Tensor& w, const dnnl::memory::desc& user_md,
 }
 
 }  // namespace onednn
+
+std::shared_ptr<const uint16_t> amx_gemm::packed_weight(const Tensor& w) {
+  return onednn::packed_cache().get_tiles(w);
+}
 
 KernelCacheStats kernel_cache_stats() {
   KernelCacheStats s;
