@@ -16,6 +16,7 @@
 #include "runtime/cpu_features.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
+#include "runtime/tensor.h"
 
 namespace tessera::cpu {
 namespace {
@@ -170,11 +171,15 @@ bool sdpa_amx(const SdpaArgs& a) {
 
   // Pack every kv head once; they are read by all (H / Hkv) x nqb work items of that head.
   const size_t k_elems = size_t(Lkp * a.D), v_elems = size_t(Lkp * a.Dv);
-  Aligned kpack(size_t(a.B * a.Hkv) * k_elems * 2), vpack(size_t(a.B * a.Hkv) * v_elems * 2);
+  // From the caching allocator: the same sizes recur every call, so no fresh pages each time.
+  const Tensor kpack = Tensor::empty({int64_t(size_t(a.B * a.Hkv) * k_elems)}, DType::bf16);
+  const Tensor vpack = Tensor::empty({int64_t(size_t(a.B * a.Hkv) * v_elems)}, DType::bf16);
+  uint32_t* kp = static_cast<uint32_t*>(kpack.raw_data());
+  uint16_t* vp = static_cast<uint16_t*>(vpack.raw_data());
   parallel_for(a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
     for (int64_t w = begin; w < end; ++w) {
-      pack_k(a, w / a.Hkv, w % a.Hkv, Lkp, kpack.as<uint32_t>() + size_t(w) * k_elems / 2);
-      pack_v(a, w / a.Hkv, w % a.Hkv, Lkp, vpack.as<uint16_t>() + size_t(w) * v_elems);
+      pack_k(a, w / a.Hkv, w % a.Hkv, Lkp, kp + size_t(w) * k_elems / 2);
+      pack_v(a, w / a.Hkv, w % a.Hkv, Lkp, vp + size_t(w) * v_elems);
     }
   });
 
@@ -193,8 +198,8 @@ bool sdpa_amx(const SdpaArgs& a) {
       std::fill(m, m + qnp, kNegInf);
       std::fill(l, l + qnp, 0.f);
       std::memset(acc.p, 0, size_t(qnp * a.Dv) * 4);
-      const uint32_t* kh = kpack.as<uint32_t>() + size_t(b * a.Hkv + hk) * k_elems / 2;
-      const uint16_t* vh = vpack.as<uint16_t>() + size_t(b * a.Hkv + hk) * v_elems;
+      const uint32_t* kh = kp + size_t(b * a.Hkv + hk) * k_elems / 2;
+      const uint16_t* vh = vp + size_t(b * a.Hkv + hk) * v_elems;
       const int64_t kend = a.causal ? std::min(a.Lk, q0 + qn) : a.Lk;
       for (int64_t k0 = 0; k0 < kend; k0 += KB) {
         const int64_t kn = std::min(KB, a.Lk - k0);
