@@ -1,4 +1,7 @@
 #include "ops/copy.h"
+
+#include <algorithm>
+
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -28,7 +31,9 @@ void Copy::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const size_t ss = dtype_size(src.dtype()), ds = dtype_size(dst.dtype());
   const char* base = static_cast<const char*>(src.storage()->data());
   char* d = static_cast<char*>(dst.raw_data());
-  parallel_for(rows, 64, [&](int64_t b, int64_t e) {
+  // ~16K elements per task: short rows (attention heads) stay on one thread.
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1));
+  parallel_for(rows, grain, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const char* s = base + row_offsets[r] * int64_t(ss);
       char* o = d + r * inner * int64_t(ds);

@@ -72,7 +72,9 @@ void ApplyRope::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
   const size_t es = dtype_size(dt);
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(out[0].raw_data());
-  parallel_for(rows, 256, [&](int64_t b, int64_t e) {
+  // ~8K elements per task, so the short head rows of small models do not fork threads.
+  const int64_t grain = std::max<int64_t>(256, 8192 / std::max<int64_t>(D, 1));
+  parallel_for(rows, grain, [&](int64_t b, int64_t e) {
     const size_t nd = static_cast<size_t>(D);
     std::vector<float> xr(nd), o(nd), cr(nd), sr(nd);
     for (int64_t r = b; r < e; ++r) {
