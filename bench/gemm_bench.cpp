@@ -1,5 +1,6 @@
-// GEMM throughput at FLUX shapes: tessera linear (oneDNN) in bf16 and f32, and OpenBLAS sgemm
-// (loaded with dlopen, for the library decision only; docs/decisions/0002-gemm-library.md).
+// GEMM throughput at FLUX shapes: tessera linear in bf16 (the path users get: our AMX kernel on
+// AMX CPUs, else oneDNN; bf16_onednn forces oneDNN for comparison) and f32 (oneDNN), and OpenBLAS
+// sgemm (loaded with dlopen, for the library decision only; docs/decisions/0002-gemm-library.md).
 // y[M, N] = x[M, K] @ w[N, K]^T, weights laid out as torch.nn.Linear. Threads: num_threads()
 // (TESSERA_NUM_THREADS); OpenBLAS gets the same count. Side by side with PyTorch:
 // bench/run_gemm_vs_torch.py.
@@ -13,7 +14,9 @@
 #include <ctime>
 #include <vector>
 
+#include "backends/cpu/gemm_amx.h"
 #include "ops/linalg.h"
+#include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
 
 namespace {
@@ -64,8 +67,10 @@ Best timed_loop(benchmark::State& state, F&& fn) {
   return best;
 }
 
-void BM_tessera_linear(benchmark::State& state, DType dtype, bool repack_each_call) {
+void BM_tessera_linear(benchmark::State& state, DType dtype, bool repack_each_call,
+                       bool onednn_only = false) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  tessera::amx_gemm::set_enabled(!onednn_only);
   const Tensor x = Tensor::from_floats(values(m * k, 1), {m, k}, dtype);
   const Tensor w = Tensor::from_floats(values(n * k, 2), {n, k}, dtype);
   tessera::clear_kernel_caches();
@@ -75,8 +80,12 @@ void BM_tessera_linear(benchmark::State& state, DType dtype, bool repack_each_ca
       timed_loop(state, [&] { benchmark::DoNotOptimize(tessera::linear(x, w).raw_data()); });
   tessera::set_packed_weight_cache_capacity(size_t(4) << 30);
   tessera::clear_kernel_caches();
+  tessera::amx_gemm::set_enabled(true);
   set_flops(state, m, k, n, best);
   state.counters["threads"] = tessera::num_threads();
+  // 1 when bf16 ran on our AMX kernel (decided as in backends/cpu/gemm.cpp: AMX CPU, K > 64).
+  state.counters["amx"] = dtype == DType::bf16 && !onednn_only &&
+                          tessera::cpu_isa() >= tessera::CpuIsa::amx_bf16 && k > 64;
 }
 
 // OpenBLAS through dlopen, so the engine never links it (it is only compared here).
@@ -131,6 +140,7 @@ void flux_shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK_CAPTURE(BM_tessera_linear, bf16, DType::bf16, false)->Apply(flux_shapes);
+BENCHMARK_CAPTURE(BM_tessera_linear, bf16_onednn, DType::bf16, false, true)->Apply(flux_shapes);
 BENCHMARK_CAPTURE(BM_tessera_linear, f32, DType::f32, false)->Apply(flux_shapes);
 BENCHMARK(BM_openblas_sgemm)->Apply(flux_shapes);
 // The cost of not caching the repacked weight (one shape is enough to see it).

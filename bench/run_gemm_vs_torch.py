@@ -3,7 +3,9 @@
 
 For each dtype and shape it runs bench/gemm_bench (Google Benchmark, JSON) and then
 torch.nn.functional.linear with the same dtype, thread count and weight layout ([N, K]), back to
-back, and prints a side-by-side table with the ratio tessera/torch. Both sides time --reps calls
+back, and prints a side-by-side table with the ratio tessera/torch. bf16 is measured twice: the
+path users get (tessera's own AMX kernel on AMX CPUs, else oneDNN; the table says which) and,
+for reference, oneDNN forced. Both sides time --reps calls
 after one warm-up call and report two rates: the best call by wall time, and FLOP per CPU-second
 of the whole process (all threads) x threads. On a shared, loaded machine wall time says more
 about the load than about the kernel; the CPU-time rate measures the kernel itself. OpenBLAS sgemm (from the C++ bench) is listed for the f32 library
@@ -32,8 +34,9 @@ def find_bench() -> pathlib.Path:
     sys.exit("gemm_bench not found; build it: ninja -C <build dir> gemm_bench")
 
 
-def run_cpp(bench: pathlib.Path, name: str, shape, threads: int, reps: int):
-    """(best wall, per-cpu) GFLOP/s of one C++ benchmark, e.g. name='BM_tessera_linear/bf16'."""
+def run_cpp(bench: pathlib.Path, name: str, shape, threads: int, reps: int, want_path=False):
+    """(best wall, per-cpu) GFLOP/s of one C++ benchmark, e.g. name='BM_tessera_linear/bf16'
+    (plus whether it ran on the AMX kernel when want_path)."""
     env = dict(os.environ, TESSERA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads), GEMM_BENCH_ITERS=str(reps))
     m, k, n = shape
@@ -43,6 +46,8 @@ def run_cpp(bench: pathlib.Path, name: str, shape, threads: int, reps: int):
     b = json.loads(out)["benchmarks"]
     if len(b) != 1:
         sys.exit(f"expected one benchmark for {filt}, got {len(b)}")
+    if want_path:
+        return b[0]["best_GFLOP/s"], b[0]["cpu_GFLOP/s"], bool(b[0].get("amx", 0))
     return b[0]["best_GFLOP/s"], b[0]["cpu_GFLOP/s"]
 
 
@@ -80,18 +85,22 @@ def main() -> int:
     start = datetime.datetime.now(datetime.timezone.utc)
     loads = [os.getloadavg()[0]]
     rows, worst = [], {}
-    for dt in ("bf16", "f32"):
+    variants = [("bf16", "bf16", "BM_tessera_linear/bf16"),
+                ("bf16 oneDNN", "bf16", "BM_tessera_linear/bf16_onednn"),
+                ("f32", "f32", "BM_tessera_linear/f32")]
+    for label, dt, name in variants:
         for s in SHAPES:
-            t_best, t_cpu = run_cpp(bench, f"BM_tessera_linear/{dt}", s, args.threads, args.reps)
+            t_best, t_cpu, amx = run_cpp(bench, name, s, args.threads, args.reps, want_path=True)
             p_best, p_cpu = run_torch(dt, s, args.reps, args.threads)
-            blas = "n/a (no bf16)"
+            kernel = "AMX (tessera)" if amx else "oneDNN 2.6"
+            blas = "n/a (no bf16)" if dt == "bf16" else ""
             if dt == "f32":
                 b_best, b_cpu = run_cpp(bench, "BM_openblas_sgemm", s, args.threads, args.reps)
                 blas = f"{b_best:.0f} / {b_cpu:.0f}"
             loads.append(os.getloadavg()[0])
-            worst[dt] = min(worst.get(dt, 1e9), t_best / p_best)
-            worst[dt + " cpu"] = min(worst.get(dt + " cpu", 1e9), t_cpu / p_cpu)
-            rows.append(f"| {dt} | {s[0]}, {s[1]}, {s[2]} | {t_best:.0f} | {p_best:.0f} | "
+            worst[label] = min(worst.get(label, 1e9), t_best / p_best)
+            worst[label + " cpu"] = min(worst.get(label + " cpu", 1e9), t_cpu / p_cpu)
+            rows.append(f"| {dt} | {kernel} | {s[0]}, {s[1]}, {s[2]} | {t_best:.0f} | {p_best:.0f} | "
                         f"**{t_best / p_best:.2f}x** | {t_cpu:.0f} | {p_cpu:.0f} | "
                         f"**{t_cpu / p_cpu:.2f}x** | {blas} |")
     rep_best, rep_cpu = run_cpp(bench, "BM_tessera_linear/bf16_repack_each_call", SHAPES[0],
@@ -99,9 +108,9 @@ def main() -> int:
     print(f"GEMM y[M,N] = x[M,K] @ w[N,K]^T, {args.threads} threads, best of {args.reps} calls, "
           f"GFLOP/s; {start:%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; "
           f"load average {min(loads):.1f}-{max(loads):.1f}\n")
-    print("| dtype | M, K, N | tessera wall | torch wall | ratio wall | tessera per-CPU | "
-          "torch per-CPU | ratio per-CPU | OpenBLAS sgemm wall / per-CPU |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| dtype | tessera kernel | M, K, N | tessera wall | torch wall | ratio wall | "
+          "tessera per-CPU | torch per-CPU | ratio per-CPU | OpenBLAS sgemm wall / per-CPU |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     print(f"\nbf16 {SHAPES[0]} with the weight repacked on every call (cache off): "
           f"{rep_best:.0f} wall / {rep_cpu:.0f} per-CPU GFLOP/s")
