@@ -138,8 +138,9 @@ void flux_deep(const Options& o) {
   std::printf("%-9s step %8.3f ms (cpu %8.3f)\n", "eager", e.wall_ms, e.cpu_ms);
   const auto full = compile_and_time(false);
   const auto reg = compile_and_time(true);
-  std::printf("regional/full compile time %.3f; regional/full step time %.3f; full vs eager %.2fx\n",
-              reg.first / full.first, reg.second / full.second, e.wall_ms / full.second);
+  std::printf(
+      "regional/full compile time %.3f; regional/full step time %.3f; full vs eager %.2fx\n",
+      reg.first / full.first, reg.second / full.second, e.wall_ms / full.second);
 }
 
 }  // namespace

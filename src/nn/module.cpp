@@ -149,18 +149,21 @@ std::vector<Tensor> Module::call_compiled(const std::vector<Tensor>& inputs,
   if (!compiled_ || graph_detail::tracing()) return body(inputs);
   if (!compiled_->regional()) return (*compiled_)(inputs, body, variant);
   // Regional: the parameters are inputs too; while tracing, the slots hold their placeholders.
-  const auto params = named_parameters();
+  if (param_slots_.empty())
+    for (const auto& p : named_parameters()) param_slots_.push_back(p.slot);
+  const auto& params = param_slots_;
   std::vector<Tensor> all = inputs;
-  for (const auto& p : params) all.push_back(*p.slot);
+  all.reserve(inputs.size() + params.size());
+  for (Tensor* slot : params) all.push_back(*slot);
   const size_t n = inputs.size();
   auto fn = [&](const std::vector<Tensor>& ph) {
     std::vector<Tensor> saved;
     for (size_t i = 0; i < params.size(); ++i) {
-      saved.push_back(*params[i].slot);
-      *params[i].slot = ph[n + i];
+      saved.push_back(*params[i]);
+      *params[i] = ph[n + i];
     }
     auto restore = [&] {
-      for (size_t i = 0; i < params.size(); ++i) *params[i].slot = saved[i];
+      for (size_t i = 0; i < params.size(); ++i) *params[i] = saved[i];
     };
     try {
       auto out = body(std::vector<Tensor>(ph.begin(), ph.begin() + int64_t(n)));

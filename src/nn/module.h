@@ -125,6 +125,7 @@ class Module {
   std::vector<OwnParameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;
   std::shared_ptr<CompiledFunction> compiled_;  // set by compile / compile_repeated_blocks
+  mutable std::vector<Tensor*> param_slots_;    // regional calls: every slot, in order
   std::shared_ptr<ForwardHook> hook_;
 };
 

@@ -79,7 +79,23 @@ class CompiledProgram {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
 
  private:
-  Tensor bind_input(const Node& n, size_t j);
+  // Each step's argument lists, built once: a run only swaps storages in (no allocation but
+  // the outputs that leave the program).
+  struct Arg {
+    int64_t value = -1;    // flat value read, or
+    int placeholder = -1;  // program input read (offset: the traced view's)
+    int64_t offset = 0;
+  };
+  struct Prepared {
+    PrimitivePtr prim;
+    std::vector<Tensor> ins, outs;
+    std::vector<Arg> args;
+    std::vector<int64_t> out_values;
+    std::vector<TensorSpec> fresh_specs;  // per output: shape/dtype when allocated per run
+    std::vector<char> fresh;
+  };
+  void prepare();
+  std::vector<Prepared> prepared_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Storage>> slots_;   // allocated at the first run, then reused
   std::vector<std::shared_ptr<Storage>> values_;  // per run
@@ -298,14 +314,20 @@ void store_plan(const std::string& path, uint64_t fingerprint, const CompiledPro
   }
 }
 
-std::string signature(const std::vector<Tensor>& inputs, int64_t variant) {
-  std::string key = std::to_string(variant);
+// The cache key: variant, then per input dtype, device, rank and dims (-1: undefined).
+std::vector<int64_t> signature(const std::vector<Tensor>& inputs, int64_t variant) {
+  std::vector<int64_t> key;
+  key.reserve(inputs.size() * 6 + 1);
+  key.push_back(variant);
   for (const auto& t : inputs) {
     if (!t.defined()) {
-      key += "|-";
+      key.push_back(-1);
       continue;
     }
-    key += "|" + t.device().str() + ":" + dtype_name(t.dtype()) + shape_str(t.shape());
+    key.push_back(int64_t(t.dtype()));
+    key.push_back(int64_t(t.device().type) * 1000 + t.device().index);
+    key.push_back(t.ndim());
+    key.insert(key.end(), t.shape().begin(), t.shape().end());
   }
   return key;
 }
@@ -413,15 +435,48 @@ std::shared_ptr<CompiledProgram> trace_and_plan(const std::string& where,
 
 }  // namespace
 
-Tensor CompiledProgram::bind_input(const Node& n, size_t j) {
-  const Tensor& t = n.inputs[j];
-  if (n.src_node[j] >= 0)
-    return with_storage(t, values_[value_base[n.src_node[j]] + n.src_out[j]], 0);
-  if (n.placeholder[j] >= 0) {
-    const Tensor& b = bound_[n.placeholder[j]];
-    return with_storage(t, b.impl()->storage, b.offset());
+void CompiledProgram::prepare() {
+  for (size_t b : slot_bytes) slots_.push_back(Storage::allocate(b, Device::cpu()));
+  for (const Step& st : plan->steps) {
+    Prepared p;
+    std::vector<std::pair<int64_t, int>> ins;
+    if (st.node >= 0) {
+      p.prim = nodes[st.node].prim;
+      for (size_t j = 0; j < nodes[st.node].inputs.size(); ++j) ins.push_back({st.node, int(j)});
+    } else if (st.fused) {
+      p.prim = st.fused;
+      ins = st.ext_inputs;
+    }
+    for (const auto& [i, j] : ins) {
+      const Node& n = nodes[i];
+      const Tensor& meta = n.inputs[j];
+      Arg a;
+      if (n.src_node[j] >= 0) {
+        a.value = value_base[n.src_node[j]] + n.src_out[j];
+      } else if (n.placeholder[j] >= 0) {
+        a.placeholder = n.placeholder[j];
+        a.offset = meta.offset();
+      } else {
+        p.ins.push_back(meta);  // a constant captured by the trace
+        p.args.push_back(a);
+        continue;
+      }
+      auto impl = std::make_shared<TensorImpl>(*meta.impl());
+      impl->pending = nullptr;
+      p.ins.emplace_back(std::move(impl));
+      p.args.push_back(a);
+    }
+    for (const auto& [i, o] : step_allocations(st, nodes)) {
+      const int64_t v = value_base[i] + o;
+      const int slot = slot_of[v];
+      p.out_values.push_back(v);
+      p.fresh_specs.push_back(nodes[i].specs[o]);
+      p.fresh.push_back(slot < 0);
+      p.outs.push_back(slot < 0 ? Tensor()
+                                : slot_tensor(slots_[slot], nodes[i].specs[o], nodes[i].device));
+    }
+    prepared_.push_back(std::move(p));
   }
-  return t;  // a constant captured by the trace
 }
 
 std::vector<Tensor> CompiledProgram::run(const std::vector<Tensor>& inputs) {
@@ -436,36 +491,35 @@ std::vector<Tensor> CompiledProgram::run(const std::vector<Tensor>& inputs) {
     c.storage();  // materialises a deferred input
     bound_.push_back(std::move(c));
   }
-  if (slots_.empty())
-    for (size_t b : slot_bytes) slots_.push_back(Storage::allocate(b, Device::cpu()));
+  if (prepared_.size() != plan->steps.size()) prepare();
   values_.assign(size_t(value_base.back()), nullptr);
   cpu_stream().synchronize();  // inputs written by queued eager ops
   ExecutionScope scope;
-  std::vector<Tensor> ins, outs;
-  auto make_output = [&](int64_t i, int o) {
-    const Node& n = nodes[i];
-    const int slot = slot_of[value_base[i] + o];
-    if (slot < 0) return Tensor::empty(n.specs[o].shape, n.specs[o].dtype, n.device);
-    return slot_tensor(slots_[slot], n.specs[o], n.device);
-  };
-  for (const Step& st : plan->steps) {
-    ins.clear();
-    outs.clear();
-    if (st.node >= 0) {
-      Node& n = nodes[st.node];
-      for (size_t j = 0; j < n.inputs.size(); ++j) ins.push_back(bind_input(n, j));
-      for (size_t o = 0; o < n.specs.size(); ++o) outs.push_back(make_output(st.node, int(o)));
-      n.prim->eval_cpu(ins, outs);
-      for (size_t o = 0; o < outs.size(); ++o)
-        values_[value_base[st.node] + o] = outs[o].impl()->storage;
-    } else if (st.fused) {
-      for (const auto& [i, j] : st.ext_inputs) ins.push_back(bind_input(nodes[i], size_t(j)));
-      for (const auto& [i, o] : st.outputs) outs.push_back(make_output(i, o));
-      st.fused->eval_cpu(ins, outs);
-      for (size_t q = 0; q < outs.size(); ++q)
-        values_[value_base[st.outputs[q].first] + st.outputs[q].second] = outs[q].impl()->storage;
+  for (size_t s = 0; s < plan->steps.size(); ++s) {
+    Prepared& p = prepared_[s];
+    if (p.prim) {
+      for (size_t k = 0; k < p.args.size(); ++k) {
+        const Arg& a = p.args[k];
+        if (a.value >= 0) {
+          p.ins[k].impl()->storage = values_[a.value];
+        } else if (a.placeholder >= 0) {
+          const Tensor& b = bound_[a.placeholder];
+          p.ins[k].impl()->storage = b.impl()->storage;
+          p.ins[k].impl()->offset = a.offset + b.offset();
+        }
+      }
+      for (size_t q = 0; q < p.outs.size(); ++q)
+        if (p.fresh[q])
+          p.outs[q] = Tensor::empty(p.fresh_specs[q].shape, p.fresh_specs[q].dtype, Device::cpu());
+      p.prim->eval_cpu(p.ins, p.outs);
+      for (size_t q = 0; q < p.outs.size(); ++q) {
+        values_[p.out_values[q]] = p.outs[q].impl()->storage;
+        if (p.fresh[q]) p.outs[q] = Tensor();
+      }
+      for (size_t k = 0; k < p.args.size(); ++k)
+        if (p.args[k].value >= 0 || p.args[k].placeholder >= 0) p.ins[k].impl()->storage.reset();
     }
-    for (const auto& [i, o] : st.release) values_[value_base[i] + o].reset();
+    for (const auto& [i, o] : plan->steps[s].release) values_[value_base[i] + o].reset();
   }
   std::vector<Tensor> result;
   for (const auto& r : outputs) {
@@ -579,7 +633,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     TESSERA_CHECK(!t.defined() || t.device().type == DeviceType::cpu, "[compile] ", name_,
                   ": input on ", t.device().str(), "; backend \"cpu\" needs cpu tensors");
   materialize_pending_graph();  // deferred work recorded before the call
-  const std::string key = signature(inputs, variant);
+  const std::vector<int64_t> key = signature(inputs, variant);
   std::shared_ptr<CompiledProgram> prog;
   {
     std::lock_guard<std::mutex> lock(mu_);

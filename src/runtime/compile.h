@@ -55,7 +55,7 @@ class CompiledFunction {
   CompileOptions options_;
   bool regional_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<CompiledProgram>> programs_;
+  std::map<std::vector<int64_t>, std::shared_ptr<CompiledProgram>> programs_;
   int64_t compiles_ = 0, cache_hits_ = 0;
 };
 
