@@ -48,9 +48,7 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::string& p
   WeightRecorder recorder;
   // Under offload each model is released as soon as it is loaded: loading holds one at a time.
   auto adopt = [&](Module& m) {
-    auto w = std::make_unique<OffloadedModel>(m, recorder.take(m));
-    if (opt.offload != OffloadMode::none) w->release();
-    return w;
+    return std::make_unique<OffloadedModel>(m, recorder.take(m, opt.offload != OffloadMode::none));
   };
   p->tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
       tokenizers::ClipTokenizer::from_folder(folder.component("tokenizer").path));

@@ -88,20 +88,35 @@ void WeightRecorder::loaded(Tensor* slot, const Tensor& source, DType dtype) {
   seen_[slot] = {slot, source, dtype};
 }
 
-WeightSet WeightRecorder::take(const Module& module) {
-  WeightSet set;
-  int64_t read = 0;
+WeightSet WeightRecorder::take(const Module& module, bool release) {
+  WeightSet set(!release);
+  int64_t converted = 0, converted_read = 0, mapped_read = 0;
   for (const auto& p : module.named_parameters()) {
     auto it = seen_.find(p.slot);
     if (it == seen_.end()) continue;
     if (p.slot->defined()) {  // a loader may drop a tied copy (T5's embed_tokens)
-      set.add(it->second);
-      read += int64_t(it->second.source.nbytes());
+      const WeightSet::Entry& e = it->second;
+      set.add(e);
+      if (e.source.dtype() != e.dtype) {
+        converted += int64_t(p.slot->nbytes());
+        converted_read += int64_t(e.source.nbytes());
+      } else {
+        mapped_read += int64_t(e.source.nbytes());  // read as the model runs
+      }
     }
     seen_.erase(it);
   }
-  note_weights_materialised(set.bytes());
-  note_checkpoint_read(read);
+  if (!release) {
+    note_weights_materialised(set.bytes());
+    note_checkpoint_read(converted_read + mapped_read);
+    return set;
+  }
+  // Released as soon as loaded: only conversions held memory and read the file meanwhile;
+  // zero-copy views of the map were never touched.
+  note_weights_materialised(converted);
+  note_checkpoint_read(converted_read);
+  for (const auto& e : set.entries()) *e.slot = Tensor();
+  note_weights_released(converted);
   return set;
 }
 

@@ -56,8 +56,8 @@ class WeightRecorder final : public LoadObserver {
   ~WeightRecorder() override;
   void loaded(Tensor* slot, const Tensor& source, DType dtype) override;
   // `module`'s parameters that are defined now (after its loader's own fix-ups), counted as
-  // materialised and read.
-  WeightSet take(const Module& module);
+  // materialised and read; with `release` (offload) the slots are cleared at once.
+  WeightSet take(const Module& module, bool release);
 
  private:
   std::map<Tensor*, WeightSet::Entry> seen_;
