@@ -3,7 +3,8 @@
 // and the compute-bound "flux-mini" of issue 4 (FLUX.1's widths, 2 double + 4 single blocks,
 // weights written by bench/run_flux_vs_torch.py). Side by side with diffusers:
 // bench/run_flux_vs_torch.py. Alone: build/bench/flux_bench [--model DIR] [--dtype f32|bf16]
-// [--sizes 64,128,256] [--txt 64] [--modes eager,defer] [--iters N] [--warmup N]
+// [--sizes 64,128,256] [--txt 64] [--modes eager,defer,compile,regional] [--iters N]
+// [--warmup N]
 // plus Google Benchmark's flags (--benchmark_format=json).
 // Inputs are torch.randn(seed 0) draws of the forward() arguments (tessera's generator is
 // torch's), so both sides run the same values; img_ids are the pipeline's (row, col) grid.
@@ -35,7 +36,7 @@ struct Options {
   DType dtype = DType::f32;
   std::vector<int64_t> sizes{64, 128, 256};
   int64_t txt = 64;
-  std::vector<std::string> modes{"eager", "defer"};
+  std::vector<std::string> modes{"eager", "defer", "compile", "regional"};
   int64_t iters = 0;  // 0: Google Benchmark chooses
   int64_t warmup = 2;
 };
@@ -91,13 +92,18 @@ double step_flops(const FluxTransformerConfig& c, int64_t img, int64_t txt) {
   return f;
 }
 
-void set_mode(const std::string& m) {
-  if (m == "eager")
-    set_eager_mode(EagerMode::DeferNever);
-  else if (m == "defer")
-    set_eager_mode(EagerMode::DeferAndFuse);
-  else
-    throw std::runtime_error("[flux_bench] unknown mode '" + m + "'; expected eager or defer");
+// eager / defer: the eager mode switch; compile / regional: strict eager with the transformer
+// compiled whole (Module::compile) or per block class (compile_repeated_blocks).
+void set_mode(FluxTransformer2DModel& model, const std::string& m) {
+  model.reset_compile();
+  set_eager_mode(m == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
+  if (m == "compile")
+    model.compile();
+  else if (m == "regional")
+    model.compile_repeated_blocks();
+  else if (m != "eager" && m != "defer")
+    throw std::runtime_error("[flux_bench] unknown mode '" + m +
+                             "'; expected eager, defer, compile or regional");
 }
 
 void run_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& in) {
@@ -106,10 +112,10 @@ void run_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& 
   benchmark::DoNotOptimize(y.raw_data());
 }
 
-void bench_step(benchmark::State& st, const FluxTransformer2DModel* model, std::string mode,
-                int64_t size, int64_t txt, int64_t warmup) {
+void bench_step(benchmark::State& st, FluxTransformer2DModel* model, std::string mode, int64_t size,
+                int64_t txt, int64_t warmup) {
   const FluxTransformerInputs in = make_inputs(model->config, size, size, txt, model->dtype());
-  set_mode(mode);
+  set_mode(*model, mode);
   for (int64_t i = 0; i < warmup; ++i) run_step(*model, in);
   reset_mode_stats();
   double best_wall = 1e30, best_cpu = 1e30, sum_cpu = 0;
@@ -127,7 +133,7 @@ void bench_step(benchmark::State& st, const FluxTransformer2DModel* model, std::
     ++n;
   }
   const ModeStats s = mode_stats();
-  set_eager_mode(EagerMode::DeferNever);
+  set_mode(*model, "eager");
   const int64_t img = (size / 16) * (size / 16);
   const double flops = step_flops(model->config, img, txt);
   st.counters["best_ms"] = best_wall * 1e3;

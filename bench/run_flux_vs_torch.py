@@ -16,7 +16,7 @@ Each side runs in its own process (one model in memory at a time), warm-up steps
 --iters steps; it reports the best step by wall time and the best by process CPU time (all
 threads). On a shared machine the CPU-time numbers are the steadier comparison.
 Usage: /work/refvenv/bin/python bench/run_flux_vs_torch.py [--workload tiny|mini|all]
-       [--bench BUILD/bench/flux_bench] [--threads 2] [--dtypes f32,bf16] [--iters N]
+       [--bench BUILD/bench/flux_bench] [--gemm-bench BUILD/bench/gemm_bench] [--threads 2] [--dtypes f32,bf16] [--iters N]
 """
 import argparse
 import datetime
@@ -124,9 +124,9 @@ def run_tessera(bench: pathlib.Path, model: pathlib.Path, dtype: str, sizes, txt
     return res
 
 
-def gemm_ceiling(threads: int, dtype: str):
+def gemm_ceiling(threads: int, dtype: str, bench=None):
     """(best wall, per-CPU) GFLOP/s of tessera linear at (4608, 3072, 3072)."""
-    bench = find_build_file("bench/gemm_bench")
+    bench = bench or find_build_file("bench/gemm_bench")
     env = dict(thread_env(threads), GEMM_BENCH_ITERS="3")
     out = subprocess.run([str(bench), "--benchmark_format=json",
                           f"--benchmark_filter=^BM_tessera_linear/{dtype}/M:4608/K:3072/N:3072/"],
@@ -157,9 +157,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workload", default="tiny", choices=["tiny", "mini", "all"])
     ap.add_argument("--bench", type=pathlib.Path, default=None)
+    ap.add_argument("--gemm-bench", type=pathlib.Path, default=None,
+                    help="bench/gemm_bench for the ceiling (default: the first build*/ found)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtypes", default=None, help="default: f32 for tiny, f32,bf16 for mini")
-    ap.add_argument("--modes", default="eager,defer")
+    ap.add_argument("--modes", default="eager,defer,compile,regional")
     ap.add_argument("--txt", type=int, default=64, help="text tokens of the tiny workload")
     ap.add_argument("--iters", type=int, default=0,
                     help="timed steps (0: tiny runs for --min-seconds, mini runs 2)")
@@ -203,7 +205,7 @@ def main() -> int:
             print(f"\n## {wl} {dt} (text tokens {txt}), load average {os.getloadavg()[0]:.2f}")
             ceil = None
             if wl == "mini":
-                ceil = gemm_ceiling(args.threads, dt)
+                ceil = gemm_ceiling(args.threads, dt, args.gemm_bench)
                 print(f"GEMM ceiling (gemm_bench 4608x3072x3072): {ceil[0]:.0f} GFLOP/s wall, "
                       f"{ceil[1]:.0f} per CPU-second")
             head = "| size | side | best ms | mean ms | best CPU ms | vs torch (wall) | " \
