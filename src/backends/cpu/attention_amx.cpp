@@ -1,7 +1,8 @@
 // bf16 SDPA on AMX tiles: K and V are repacked once per call into the tiles' VNNI layout, then
 // each (batch, head, block of 256 queries) streams key blocks of 512 and, per 32-query strip,
-// computes S = Q K^T in fp32 tiles, runs the online softmax on it while it is in cache (the same
-// row kernel and numerics as the oneDNN path) and adds P V with P rounded to bf16, as torch does.
+// computes S = Q K^T in fp32 tiles, runs the online softmax on it (the same row kernel and
+// numerics as the oneDNN path) and adds P V with P rounded to bf16, as torch does. The strips are
+// software-pipelined so the TMUL unit and the vector units work at the same time.
 // See docs/decisions/0003-attention-kernel.md.
 #include <immintrin.h>
 
@@ -9,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
 
 #include "backends/cpu/attention_kernels.h"
 #include "backends/cpu/attention_row_avx512.h"
@@ -97,60 +97,121 @@ void pack_v(const SdpaArgs& a, int64_t b, int64_t hk, int64_t Lkp, uint16_t* dst
   }
 }
 
-// S (32 x kp, row stride lds floats) = Q strip (32 x D bf16, row stride D) x K^T, kp % 32 == 0.
-void qk_strip(const uint16_t* q, int64_t D, const uint32_t* kp, int64_t kp_cols, float* s,
-              int64_t lds) {
-  const int64_t nc = D / 32;
-  for (int64_t n = 0; n < kp_cols; n += 32) {
-    const uint32_t* k0 = kp + (n / 16) * nc * 256;
-    const uint32_t* k1 = k0 + nc * 256;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t c = 0; c < nc; ++c) {
-      _tile_loadd(4, q + c * 32, D * 2);
-      _tile_loadd(5, q + 16 * D + c * 32, D * 2);
-      _tile_loadd(6, k0 + c * 256, 64);
-      _tile_loadd(7, k1 + c * 256, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, s + n, lds * 4);
-    _tile_stored(1, s + n + 16, lds * 4);
-    _tile_stored(2, s + 16 * lds + n, lds * 4);
-    _tile_stored(3, s + 16 * lds + n + 16, lds * 4);
-  }
-}
+// The tile products of one pipeline stage, issued one tdpbf16ps (with the loads it needs) per
+// step(): P V of the previous strip, then Q K^T of the next. C tiles 0-3 are shared, so the two
+// run in order. One product per call keeps few tile ops ahead of the softmax's vector work in the
+// out-of-order window, which is what lets the two overlap (coarser steps overlapped less).
+struct TilePump {
+  // P V: acc (32 x Dv) += P (32 x kvp) V
+  const uint16_t* p = nullptr;
+  int64_t ldp = 0, pv_kvp = 0, Dv = 0;
+  const uint16_t* vblk = nullptr;
+  float* acc = nullptr;
+  // Q K^T: S (32 x kvp) = Q (32 x D) K^T
+  const uint16_t* q = nullptr;
+  int64_t D = 0, qk_kvp = 0, lds = 0;
+  const uint32_t* kblk = nullptr;
+  float* s = nullptr;
+  int phase = 2;  // 0: P V, 1: Q K^T, 2: done
+  int64_t outer = 0, inner = 0;
+  int quarter = 0;  // each step issues one of the four products of a 2x2 tile step
 
-// acc (32 x Dv fp32) += P (32 x kp bf16, row stride ldp) x V block (packed), kp % 32 == 0.
-void pv_strip(const uint16_t* p, int64_t ldp, int64_t kp, const uint16_t* vp, int64_t Dv,
-              float* acc) {
-  const int64_t nct = Dv / 16, ldc = Dv * 4;
-  for (int64_t c = 0; c < Dv; c += 32) {
-    _tile_loadd(0, acc + c, ldc);
-    _tile_loadd(1, acc + c + 16, ldc);
-    _tile_loadd(2, acc + 16 * Dv + c, ldc);
-    _tile_loadd(3, acc + 16 * Dv + c + 16, ldc);
-    for (int64_t k = 0; k < kp; k += 32) {
-      const uint16_t* v0 = vp + ((k / 32) * nct + c / 16) * 512;
-      _tile_loadd(4, p + k, ldp * 2);
-      _tile_loadd(5, p + 16 * ldp + k, ldp * 2);
-      _tile_loadd(6, v0, 64);
-      _tile_loadd(7, v0 + 512, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, acc + c, ldc);
-    _tile_stored(1, acc + c + 16, ldc);
-    _tile_stored(2, acc + 16 * Dv + c, ldc);
-    _tile_stored(3, acc + 16 * Dv + c + 16, ldc);
+  int64_t steps() const {
+    return 4 * ((acc ? (Dv / 32) * (pv_kvp / 32) : 0) + (s ? (qk_kvp / 32) * (D / 32) : 0));
   }
-}
+  void start() {
+    phase = acc ? 0 : s ? 1 : 2;
+    outer = inner = 0;
+    quarter = 0;
+  }
+  bool step() {
+    if (phase == 0) {
+      const int64_t c = outer, k = inner, ldc = Dv * 4;
+      if (k == 0 && quarter == 0) {
+        _tile_loadd(0, acc + c, ldc);
+        _tile_loadd(1, acc + c + 16, ldc);
+        _tile_loadd(2, acc + 16 * Dv + c, ldc);
+        _tile_loadd(3, acc + 16 * Dv + c + 16, ldc);
+      }
+      const uint16_t* v0 = vblk + ((k / 32) * (Dv / 16) + c / 16) * 512;
+      switch (quarter) {
+        case 0:
+          _tile_loadd(4, p + k, ldp * 2);
+          _tile_loadd(6, v0, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          quarter = 1;
+          return true;
+        case 1:
+          _tile_loadd(7, v0 + 512, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          quarter = 2;
+          return true;
+        case 2:
+          _tile_loadd(5, p + 16 * ldp + k, ldp * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          quarter = 3;
+          return true;
+      }
+      quarter = 0;
+      _tile_dpbf16ps(3, 5, 7);
+      inner += 32;
+      if (inner == pv_kvp) {
+        _tile_stored(0, acc + c, ldc);
+        _tile_stored(1, acc + c + 16, ldc);
+        _tile_stored(2, acc + 16 * Dv + c, ldc);
+        _tile_stored(3, acc + 16 * Dv + c + 16, ldc);
+        inner = 0;
+        outer += 32;
+        if (outer == Dv) {
+          outer = 0;
+          phase = s ? 1 : 2;
+        }
+      }
+      return true;
+    }
+    if (phase == 1) {
+      const int64_t n = outer, c = inner, nc = D / 32;
+      if (c == 0 && quarter == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint32_t* k0 = kblk + (n / 16) * nc * 256;
+      switch (quarter) {
+        case 0:
+          _tile_loadd(4, q + c * 32, D * 2);
+          _tile_loadd(6, k0 + c * 256, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          quarter = 1;
+          return true;
+        case 1:
+          _tile_loadd(7, k0 + nc * 256 + c * 256, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          quarter = 2;
+          return true;
+        case 2:
+          _tile_loadd(5, q + 16 * D + c * 32, D * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          quarter = 3;
+          return true;
+      }
+      quarter = 0;
+      _tile_dpbf16ps(3, 5, 7);
+      if (++inner == nc) {
+        _tile_stored(0, s + n, lds * 4);
+        _tile_stored(1, s + n + 16, lds * 4);
+        _tile_stored(2, s + 16 * lds + n, lds * 4);
+        _tile_stored(3, s + 16 * lds + n + 16, lds * 4);
+        inner = 0;
+        outer += 32;
+        if (outer == qk_kvp) phase = 2;
+      }
+      return true;
+    }
+    return false;
+  }
+};
 
 void scale_row(float* x, int64_t n, float f) {
   const __m512 vf = _mm512_set1_ps(f);
@@ -186,7 +247,7 @@ bool sdpa_amx(const SdpaArgs& a) {
   parallel_for(a.B * a.H * nqb, 1, [&](int64_t begin, int64_t end) {
     TileScope tiles;
     Aligned qbuf(size_t(QB * a.D) * 2), acc(size_t(QB * a.Dv) * 4), ml(size_t(QB) * 8),
-        S(size_t(kStrip * lds) * 4), P(size_t(kStrip * ldp) * 2), add(size_t(KBp) * 4);
+        S(size_t(2 * kStrip * lds) * 4), P(size_t(2 * kStrip * ldp) * 2), add(size_t(KBp) * 4);
     uint16_t* q = qbuf.as<uint16_t>();
     float* m = ml.as<float>();
     float* l = m + QB;
@@ -203,33 +264,75 @@ bool sdpa_amx(const SdpaArgs& a) {
       const int64_t kend = a.causal ? std::min(a.Lk, q0 + qn) : a.Lk;
       for (int64_t k0 = 0; k0 < kend; k0 += KB) {
         const int64_t kn = std::min(KB, a.Lk - k0);
+        struct Strip {
+          int64_t r0, rows, kvp;
+          float* s;
+          uint16_t* p;
+        };
+        Strip strips[kQBlock / kStrip];
+        int64_t n = 0;
         for (int64_t r0 = 0; r0 < qn; r0 += kStrip) {
           const int64_t rows = std::min(kStrip, qn - r0), i_last = q0 + r0 + rows - 1;
           if (a.causal && k0 > i_last) continue;
           // Causal: keys past the strip's last query are masked for all its rows.
           const int64_t kv = a.causal ? std::min(kn, i_last - k0 + 1) : kn;
-          const int64_t kvp = round_up(kv, 32);
-          float* s = S.as<float>();
-          uint16_t* p = P.as<uint16_t>();
-          qk_strip(q + r0 * a.D, a.D, kh + (k0 / 16) * (a.D / 32) * 256, kvp, s, lds);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t i = q0 + r0 + r;
-            const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
-            const float* addp = nullptr;
-            if (a.mask && nvalid > 0) {
-              sdpa_mask_row(a, b, h, i, k0, nvalid, add.as<float>());
-              addp = add.as<float>();
-            }
-            uint16_t* prow = p + r * ldp;
-            const float alpha = softmax_row_avx512bf16(s + r * lds, kn, nvalid, a.scale, addp,
-                                                       m + r0 + r, l + r0 + r, prow, true);
-            if (kvp > kn) std::memset(prow + kn, 0, size_t(kvp - kn) * 2);
-            if (alpha != 1.f) scale_row(acc.as<float>() + (r0 + r) * a.Dv, a.Dv, alpha);
+          strips[n] = {r0, rows, round_up(kv, 32), S.as<float>() + (n % 2) * kStrip * lds,
+                       P.as<uint16_t>() + (n % 2) * kStrip * ldp};
+          ++n;
+        }
+        if (n == 0) continue;
+        const uint32_t* kblk = kh + (k0 / 16) * (a.D / 32) * 256;
+        const uint16_t* vblk = vh + (k0 / 32) * (a.Dv / 16) * 512;
+        // Software pipeline: while the softmax of strip t runs, the pump issues the tile products
+        // P V of strip t - 1 and Q K^T of strip t + 1 (S and P are double-buffered).
+        TilePump first;
+        first.q = q + strips[0].r0 * a.D, first.D = a.D, first.qk_kvp = strips[0].kvp;
+        first.lds = lds, first.kblk = kblk, first.s = strips[0].s;
+        first.start();
+        while (first.step()) {
+        }
+        for (int64_t t = 0; t <= n; ++t) {
+          TilePump pump;
+          if (t > 0) {
+            const Strip& pv = strips[t - 1];
+            pump.p = pv.p, pump.ldp = ldp, pump.pv_kvp = pv.kvp, pump.Dv = a.Dv;
+            pump.vblk = vblk, pump.acc = acc.as<float>() + pv.r0 * a.Dv;
           }
-          // Rows past qn (zero queries) may hold stale P; they only feed accumulator rows that
-          // are never written out.
-          pv_strip(p, ldp, kvp, vh + (k0 / 32) * (a.Dv / 16) * 512, a.Dv,
-                   acc.as<float>() + r0 * a.Dv);
+          if (t + 1 < n) {
+            const Strip& nx = strips[t + 1];
+            pump.q = q + nx.r0 * a.D, pump.D = a.D, pump.qk_kvp = nx.kvp, pump.lds = lds;
+            pump.kblk = kblk, pump.s = nx.s;
+          }
+          pump.start();
+          if (t < n) {
+            const Strip& cur = strips[t];
+            const int64_t vecs = std::max<int64_t>(1, cur.rows * (kn / 16));
+            const int64_t every = std::max<int64_t>(1, vecs / std::max<int64_t>(1, pump.steps()));
+            int64_t tick = 0;
+            auto issue = [&] {
+              if (++tick == every) {
+                tick = 0;
+                pump.step();
+              }
+            };
+            for (int64_t r = 0; r < cur.rows; ++r) {
+              const int64_t i = q0 + cur.r0 + r;
+              const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
+              const float* addp = nullptr;
+              if (a.mask && nvalid > 0) {
+                sdpa_mask_row(a, b, h, i, k0, nvalid, add.as<float>());
+                addp = add.as<float>();
+              }
+              uint16_t* prow = cur.p + r * ldp;
+              const float alpha =
+                  avx512::softmax_row<true>(cur.s + r * lds, kn, nvalid, a.scale, addp,
+                                            m + cur.r0 + r, l + cur.r0 + r, prow, true, issue);
+              if (cur.kvp > kn) std::memset(prow + kn, 0, size_t(cur.kvp - kn) * 2);
+              if (alpha != 1.f) scale_row(acc.as<float>() + (cur.r0 + r) * a.Dv, a.Dv, alpha);
+            }
+          }
+          while (pump.step()) {
+          }
         }
       }
       for (int64_t r = 0; r < qn; ++r) {

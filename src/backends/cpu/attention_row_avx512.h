@@ -58,9 +58,15 @@ inline __m256i to_bf16_native(__m512 x) {
 }
 #endif
 
-template <bool kBf16Native>
+struct NoPump {
+  void operator()() const {}
+};
+
+// pump() is called once per 16-score vector of the exp pass: the AMX kernel issues tile products
+// from it, so the TMUL unit works while this loop runs (NoPump elsewhere).
+template <bool kBf16Native, typename Pump = NoPump>
 float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float* add, float* m,
-                  float* l, void* p, bool p_bf16) {
+                  float* l, void* p, bool p_bf16, Pump&& pump = Pump()) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax = _mm512_set1_ps(ninf);
@@ -100,6 +106,7 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
   __m512 vsum = _mm512_setzero_ps();
   const int64_t vec_end = n - n % 16;
   for (int64_t j = 0; j < vec_end; j += 16) {
+    pump();
     const __mmask16 kv = j < nvalid ? tail_mask(nvalid - j) : __mmask16(0);
     __m512 x = _mm512_maskz_loadu_ps(kv, s + j);
     if (!prescaled) x = _mm512_mul_ps(x, vs);
