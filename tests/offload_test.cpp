@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "io_test_folder.h"
 #include "pipelines/flux_pipeline.h"
 #include "runtime/error.h"
 #include "runtime/memory_stats.h"
@@ -156,6 +157,40 @@ TEST(Offload, MissingDeviceIsNamedWithWhatIsAvailable) {
   EXPECT_EQ(pipe->execution_device(), Device::cpu());
   EXPECT_EQ(pipe->offload_mode(), OffloadMode::model);
   EXPECT_EQ(pipe->transformer->parameter_bytes(), 0);  // released until it runs
+}
+
+// tessera generate --offload: the same PNG bytes as without, the report's memory object, and
+// the missing-device error.
+TEST(Offload, CliOffloadFlagAndReport) {
+  test::TempDir tmp;
+  const std::string model = test::quote(test::fixture_path("flux1-schnell-tiny"));
+  std::map<std::string, std::string> png;
+  for (const std::string mode : {"none", "model", "sequential"}) {
+    const test::CliResult r = test::run_cli(
+        "generate --prompt cat --model " + model +
+        " --height 32 --width 32 --steps 1 --seed 3 --offload " + mode + " --output " +
+        test::quote(tmp / (mode + ".png")) + " --report " + test::quote(tmp / (mode + ".json")));
+    ASSERT_EQ(r.code, 0) << r.err;
+    png[mode] = test::read_text(tmp / (mode + ".png"));
+    std::ifstream f(tmp / (mode + ".json"));
+    const auto j = nlohmann::json::parse(f);
+    EXPECT_EQ(j["offload"], mode);
+    for (const char* k : {"peak_device_bytes", "peak_host_bytes", "peak_weight_bytes",
+                          "disk_read_bytes", "storage_read_bytes"}) {
+      EXPECT_TRUE(j["memory"].contains(k)) << k;
+      for (const char* stage : {"load", "encode", "denoise", "decode"})
+        EXPECT_TRUE(j["memory"]["stages"][stage].contains(k)) << stage << " " << k;
+    }
+    EXPECT_GT(j["memory"]["peak_weight_bytes"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(png["model"], png["none"]);
+  EXPECT_EQ(png["sequential"], png["none"]);
+  const test::CliResult bad =
+      test::run_cli("generate --prompt cat --model " + model +
+                    " --device cuda:1 --offload model --output " + test::quote(tmp / "x.png"));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("cuda:1"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("available: cpu"), std::string::npos) << bad.err;
 }
 
 TEST(Offload, ModeNames) {
