@@ -195,6 +195,8 @@ TEST_P(SdpaAmx, MatchesReference) {
   const Tensor amx = sdpa_on(AttentionPath::amx, q, k, v, o);
   const Tensor ref = sdpa_on(AttentionPath::reference, q, k, v, o);
   EXPECT_TRUE(attention_bf16_close(amx, ref));
+  // The default path is this kernel for bf16 on AMX, bit for bit.
+  EXPECT_EQ(sdpa_on(AttentionPath::automatic, q, k, v, o).to_floats(), amx.to_floats());
   if (c.mask == 2) {
     const auto out = amx.to_floats();
     for (int64_t d = 0; d < c.D; ++d) EXPECT_EQ(out[size_t(c.Lq / 2 * c.D + d)], 0.f);
