@@ -1,10 +1,10 @@
 // bf16 GEMM on AMX tiles (gemm_amx.h). The micro-kernel keeps a 32x32 fp32 block of C in four
-// tiles (2 row tiles of A x 2 column tiles of B per 32-wide K step). A is packed once per call
-// into [32-row block][K/32][32][32]; B is packed once per weight. Each thread walks panels of
-// kNc columns; within a panel, groups of kMc row blocks; within a group, K in chunks of kKc,
-// so a chunk of A (16 KiB) stays in L1 across the panel and the B chunk (256 KiB) stays in L2
-// across the group; partial sums wait in a per-thread fp32 buffer laid out as tiles.
-// Blocking measured on this machine's Xeon (docs/decisions/0002-gemm-library.md).
+// tiles (2 row tiles of A x 2 column tiles of B per 32-wide K step). B is packed once per weight;
+// each thread packs the rows of A it owns, a group of kMc 32-row blocks at a time, into
+// [block][K/32][32][32] and runs every column panel (kNc wide) of that group; within a panel,
+// K in chunks of kKc, so a chunk of A (16 KiB) stays in L1 across the panel and the B chunk
+// (256 KiB) in L2 across the group; partial sums wait in a per-thread fp32 buffer laid out as
+// tiles. Blocking measured on this machine's Xeon (docs/decisions/0002-gemm-library.md).
 #include "backends/cpu/gemm_amx.h"
 
 #include <immintrin.h>
@@ -22,7 +22,7 @@
 namespace tessera::amx_gemm {
 namespace {
 
-constexpr int64_t kMc = 8;    // row blocks (of 32) per group
+constexpr int64_t kMc = 16;   // row blocks (of 32) per group
 constexpr int64_t kKc = 256;  // K chunk
 constexpr int64_t kNc = 512;  // panel width
 
@@ -120,7 +120,7 @@ inline void block_32x32(const uint16_t* a, const uint16_t* b, int64_t kt_n, floa
 }
 
 // Row blocks [mb0, mb1) (32 rows each) x columns [n0, n1) (n0 a multiple of 32) of one problem,
-// with A packed as [block][K/32][32][32].
+// with those rows of A packed as [block][K/32][32][32] at a_packed.
 void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t mb1, int64_t n0,
                int64_t n1, Scratch& s) {
   const int64_t KT = round_up(p.K, 32) / 32, ldf = round_up(n1 - n0, 32);
@@ -129,7 +129,7 @@ void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t 
     float* cf = s.cbuf(1024);
     for (int64_t mb = mb0; mb < mb1; ++mb) {
       const int64_t m0 = mb * 32, rows = std::min<int64_t>(32, p.M - m0);
-      const uint16_t* a = a_packed + mb * KT * 1024;
+      const uint16_t* a = a_packed + (mb - mb0) * KT * 1024;
       for (int64_t n = n0; n < std::min(n1, p.N); n += 32) {
         const uint16_t* b = p.b_packed + (n / 32) * KT * 1024;
         if (rows > 16)
@@ -147,7 +147,7 @@ void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t 
     const int64_t kt_n = std::min(kKc / 32, KT - kt0);
     for (int64_t mb = mb0; mb < mb1; ++mb) {
       const int64_t rows = std::min<int64_t>(32, p.M - mb * 32);
-      const uint16_t* a = a_packed + (mb * KT + kt0) * 1024;
+      const uint16_t* a = a_packed + ((mb - mb0) * KT + kt0) * 1024;
       float* cf = cf_all + (mb - mb0) * 32 * ldf;
       for (int64_t n = n0; n < n1; n += 32) {
         const uint16_t* b = p.b_packed + ((n / 32) * KT + kt0) * 1024;
@@ -242,64 +242,60 @@ void pack_b(const uint16_t* b, int64_t sk, int64_t sn, int64_t K, int64_t N, uin
 }
 
 void gemm(const std::vector<Problem>& problems) {
-  // Work items: (problem, column panel, 32-row block), in that order; each thread takes a
-  // contiguous range, so it reuses one panel of B over many row blocks.
+  // Work items: (problem, group of kMc row blocks, column panel), in that order; each thread
+  // takes a contiguous range, packs a group's rows of A once (into its own buffer, which stays
+  // in cache) and runs every panel of it.
   struct Plan {
-    int64_t mblocks, nc, first_item;
-    size_t a_offset;
+    int64_t mblocks, groups, panels, nc, first_item;
   };
   const int64_t threads = num_threads();
   std::vector<Plan> plans;
-  std::vector<std::pair<size_t, int64_t>> blocks;  // (problem, row block) to pack
   int64_t items = 0;
-  size_t a_elems = 0;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    const Problem& p = problems[i];
+  for (const Problem& p : problems) {
     const bool empty = p.M <= 0 || p.N <= 0 || p.K <= 0;
-    const int64_t mblocks = empty ? 0 : (p.M + 31) / 32, np = round_up(p.N, 32);
+    const int64_t mblocks = empty ? 0 : (p.M + 31) / 32, groups = (mblocks + kMc - 1) / kMc;
+    const int64_t np = round_up(p.N, 32);
     int64_t nc = std::min(kNc, np);
-    // Few row blocks: narrower panels, so every thread gets work.
-    while (nc > 32 && mblocks * ((np + nc - 1) / nc) < 2 * threads) nc = round_up(nc / 2, 32);
-    plans.push_back({mblocks, nc, items, a_elems});
-    items += mblocks * ((np + nc - 1) / nc);
-    a_elems += size_t(mblocks) * size_t(round_up(p.K, 32)) * 32;
-    for (int64_t mb = 0; mb < mblocks; ++mb) blocks.push_back({i, mb});
+    // Few row groups: narrower panels, so every thread gets work.
+    while (nc > 32 && groups * ((np + nc - 1) / nc) < 2 * threads) nc = round_up(nc / 2, 32);
+    const int64_t panels = (np + nc - 1) / nc;
+    plans.push_back({mblocks, groups, panels, nc, items});
+    items += groups * panels;
   }
   if (items == 0) return;
-  // A packed once per call (the strided rows of a large K read badly in chunks), in memory from
-  // the caching allocator.
-  const Tensor a_buf = Tensor::empty({int64_t(a_elems) + 32}, DType::bf16);
-  uint16_t* a_base = reinterpret_cast<uint16_t*>(
-      (reinterpret_cast<uintptr_t>(a_buf.raw_data()) + 63) & ~uintptr_t(63));
-  parallel_for(int64_t(blocks.size()), 4, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const auto [pi, mb] = blocks[size_t(b)];
-      const Problem& p = problems[pi];
-      const int64_t KT = round_up(p.K, 32) / 32;
-      pack_a(p, mb * 32, std::min<int64_t>(32, p.M - mb * 32), 0, KT,
-             a_base + plans[pi].a_offset + size_t(mb * KT * 1024));
-    }
-  });
   const int64_t tasks = std::min(items, threads);
   parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
     thread_local Scratch scratch;
+    thread_local std::vector<uint16_t> a_buf;
     amx::TileConfig cfg;
     for (int t = 0; t < 8; ++t) cfg.tile(t, 16, 64);
     amx::TileScope scope(cfg);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = items * t / tasks, i1 = items * (t + 1) / tasks;
       size_t pi = 0;
-      for (int64_t i = i0; i < i1;) {
+      int64_t packed_problem = -1, packed_group = -1;
+      uint16_t* a = nullptr;
+      for (int64_t i = i0; i < i1; ++i) {
         while (pi + 1 < plans.size() && plans[pi + 1].first_item <= i) ++pi;
         const Plan& pl = plans[pi];
         const Problem& p = problems[pi];
         const int64_t local = i - pl.first_item;
-        const int64_t panel = local / pl.mblocks, mb = local % pl.mblocks;
-        // Consecutive row blocks of the same panel, at most kMc of them.
-        const int64_t mb_end = std::min({pl.mblocks, mb + (i1 - i), mb + kMc});
+        const int64_t group = local / pl.panels, panel = local % pl.panels;
+        const int64_t mb0 = group * kMc, mb1 = std::min(pl.mblocks, mb0 + kMc);
+        const int64_t KT = round_up(p.K, 32) / 32;
+        if (packed_problem != int64_t(pi) || packed_group != group) {
+          const size_t need = size_t((mb1 - mb0) * KT * 1024) + 32;
+          if (a_buf.size() < need) a_buf.resize(need);
+          a = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(a_buf.data()) + 63) &
+                                          ~uintptr_t(63));
+          for (int64_t mb = mb0; mb < mb1; ++mb)
+            pack_a(p, mb * 32, std::min<int64_t>(32, p.M - mb * 32), 0, KT,
+                   a + (mb - mb0) * KT * 1024);
+          packed_problem = int64_t(pi);
+          packed_group = group;
+        }
         const int64_t n0 = panel * pl.nc, n1 = std::min(n0 + pl.nc, round_up(p.N, 32));
-        run_range(p, a_base + pl.a_offset, mb, mb_end, n0, n1, scratch);
-        i += mb_end - mb;
+        run_range(p, a, mb0, mb1, n0, n1, scratch);
       }
     }
   });
