@@ -228,6 +228,17 @@ TEST_P(CompileFlux, RegionalBuildsOneProgramPerBlockClass) {
   EXPECT_FALSE(test::bit_equal(changed, ref));
 }
 
+TEST_P(CompileFlux, FullCompileOverRegionalBlocksTracesThemInline) {
+  Flux f = load_flux(GetParam());
+  const Tensor ref = f.model->forward(f.inputs(0.5f));
+  f.model->compile_repeated_blocks();
+  f.model->compile();
+  reset_mode_stats();
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(test::bit_equal(f.model->forward(f.inputs(0.5f)), ref));
+  EXPECT_EQ(mode_stats().program_compiles, 1);  // the whole model; the blocks are inside it
+  EXPECT_EQ(f.model->compiled_programs().at("FluxTransformerBlock"), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CompileFlux, ::testing::Values(DType::f32, DType::bf16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

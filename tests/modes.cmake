@@ -11,9 +11,9 @@ set_tests_properties(models_async_eager PROPERTIES ENVIRONMENT TESSERA_ASYNC_DIS
 # and in regional mode (one program per block class, weights as inputs, also under offload);
 # see decision 0010.
 add_test(NAME models_compile_full
-         COMMAND tessera_tests --gtest_filter=*FluxTransformer*:*FluxPipeline*:*Offload*:Modes.*:Compile*)
+         COMMAND tessera_tests --gtest_filter=*FluxTransformer*:*FluxPipeline*:*Offload*:Modes.*:*Compile*)
 set_tests_properties(models_compile_full PROPERTIES ENVIRONMENT TESSERA_COMPILE=full TIMEOUT 900)
 add_test(NAME models_compile_regional
-         COMMAND tessera_tests --gtest_filter=*FluxTransformer*:*FluxPipeline*:*Offload*:Modes.*:Compile*)
+         COMMAND tessera_tests --gtest_filter=*FluxTransformer*:*FluxPipeline*:*Offload*:Modes.*:*Compile*)
 set_tests_properties(models_compile_regional PROPERTIES ENVIRONMENT TESSERA_COMPILE=regional
                      TIMEOUT 900)
