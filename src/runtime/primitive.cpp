@@ -49,12 +49,10 @@ std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
   if (!nested && device.type == DeviceType::cpu &&
       (eager_mode() == EagerMode::DeferAndFuse || graph_detail::tracing()))
     return record_op(std::move(p), inputs, outputs, device);
-  std::vector<Tensor> ins;
-  ins.reserve(inputs.size());
-  for (const auto& t : inputs) {
+  for (const auto& t : inputs)
     if (!t.impl()->storage && t.impl()->pending) t.storage();  // recorded earlier: materialise
-    ins.push_back(t);
-  }
+  // Resolved in place, so the synchronous path needs no copy (the async lambda copies).
+  const std::vector<Tensor>& ins = inputs;
   std::vector<Tensor> outs;
   outs.reserve(outputs.size());
   for (const auto& spec : outputs) outs.push_back(Tensor::empty(spec.shape, spec.dtype, device));
