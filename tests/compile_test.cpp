@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "io_test_folder.h"
 #include "models/flux_transformer.h"
@@ -314,6 +315,35 @@ TEST(CompilePipeline, StepsShareOneProgram) {
   call.height = 64;
   (*pipe)(call);
   EXPECT_EQ(mode_stats().program_compiles, 2);
+}
+
+// The CLI: --compile / --compile-regional give eager's image and report what they did.
+TEST(CompileCli, GenerateCompiledReportsItsModeAndMatchesEager) {
+  test::TempDir tmp;
+  const std::string base = "generate --model " +
+                           test::quote(test::fixture_path("flux1-schnell-tiny")) +
+                           " --prompt 'a cube' --height 64 --width 64 --seed 2";
+  std::map<std::string, std::string> pixels;
+  for (const std::string flag : {"", "--compile", "--mode compile", "--compile-regional"}) {
+    const std::string png = tmp / "out.png", report = tmp / "r.json";
+    const auto r = test::run_cli(base + " " + flag + " -o " + test::quote(png) + " --report " +
+                                 test::quote(report));
+    ASSERT_EQ(r.code, 0) << flag << ": " << r.err;
+    const auto modes = nlohmann::json::parse(test::read_text(report))["modes"];
+    const std::string want =
+        flag.empty() ? "eager" : (flag == "--compile-regional" ? "compile-regional" : "compile");
+    EXPECT_EQ(modes["mode"], want) << flag;
+    if (!flag.empty()) {
+      EXPECT_EQ(modes["program_compiles"], flag == "--compile-regional" ? 2 : 1) << flag;
+      EXPECT_GT(modes["program_cache_hits"].get<int64_t>(), 0) << flag;
+    }
+    pixels[flag] = test::read_text(png);
+  }
+  for (const auto& [flag, p] : pixels) EXPECT_EQ(p, pixels.at("")) << flag;
+  const auto r =
+      test::run_cli(base + " --compile --offload model -o " + test::quote(tmp / "x.png"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("use --compile-regional with --offload"), std::string::npos) << r.err;
 }
 
 }  // namespace
