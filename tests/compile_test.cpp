@@ -16,6 +16,7 @@
 #include "ops/linalg.h"
 #include "ops/norm.h"
 #include "pipelines/flux_pipeline.h"
+#include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/modes.h"
 #include "runtime/random.h"
@@ -185,6 +186,22 @@ TEST_P(CompileFlux, FullCompileCompilesOncePerSizeAndMatchesEager) {
   EXPECT_EQ(f.model->compiled_programs().at("FluxTransformer2DModel"), 2);
   f.model->reset_compile();
   EXPECT_TRUE(test::bit_equal(big, f.model->forward(resized(f, 0.5f, 32))));
+}
+
+TEST_P(CompileFlux, LaterCallsAllocateLittleMoreThanTheirOutputs) {
+  Flux f = load_flux(GetParam());
+  auto allocations = [&] {
+    const int64_t before = cpu_allocator().stats().alloc_count;
+    f.model->forward(f.inputs(0.5f));
+    return cpu_allocator().stats().alloc_count - before;
+  };
+  allocations();
+  const int64_t eager = allocations();
+  f.model->compile();
+  allocations();
+  const int64_t compiled = allocations();
+  std::cout << "  allocations per call: eager " << eager << ", compiled " << compiled << "\n";
+  EXPECT_LT(compiled * 4, eager);
 }
 
 TEST_P(CompileFlux, CaptureRunsAsItsOwnProgram) {
