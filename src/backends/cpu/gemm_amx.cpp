@@ -39,16 +39,26 @@ struct Scratch {
   }
 };
 
-// A rows [m0, m0 + rows) x k [k0, k0 + kt_n * 32) as [kt][32 rows][32], zero-padded past M and K.
-void pack_a(const Problem& p, int64_t m0, int64_t rows, int64_t k0, int64_t kt_n, uint16_t* out) {
-  const int64_t kend = std::min(p.K, k0 + kt_n * 32);
+// Where tile step kt of block mbi (of nmb) starts in a packed group of A: K chunks outermost,
+// so the blocks' A chunks used together are contiguous (a block-major layout would put them a
+// multiple of the L2 way size apart at K = 12288, all in the same cache sets).
+inline int64_t a_offset(int64_t mbi, int64_t kt, int64_t nmb, int64_t KT) {
+  constexpr int64_t kc_t = kKc / 32;
+  const int64_t c = kt / kc_t, kt_n = std::min(kc_t, KT - c * kc_t);
+  return (c * nmb * kc_t + mbi * kt_n + kt % kc_t) * 1024;
+}
+
+// A rows [m0, m0 + rows) (block mbi of a group of nmb) into the group at `out`, as [32][32]
+// tiles per K step, zero-padded past M and K.
+void pack_a(const Problem& p, int64_t m0, int64_t rows, int64_t KT, int64_t nmb, int64_t mbi,
+            uint16_t* out) {
   // Row by row, so the source is read sequentially.
   for (int64_t r = 0; r < 32; ++r) {
     const uint16_t* s = r < rows ? p.a + (m0 + r) * p.sam : nullptr;
-    for (int64_t kt = 0; kt < kt_n; ++kt) {
-      uint16_t* d = out + kt * 1024 + r * 32;
-      const int64_t kb = k0 + kt * 32, kn = std::max<int64_t>(0, std::min<int64_t>(32, kend - kb));
-      if (!s || kn == 0) {
+    for (int64_t kt = 0; kt < KT; ++kt) {
+      uint16_t* d = out + a_offset(mbi, kt, nmb, KT) + r * 32;
+      const int64_t kb = kt * 32, kn = std::min<int64_t>(32, p.K - kb);
+      if (!s) {
         std::memset(d, 0, 64);
       } else if (p.sak == 1) {
         const __mmask32 mask = kn == 32 ? ~__mmask32(0) : ((__mmask32(1) << kn) - 1);
@@ -120,7 +130,7 @@ inline void block_32x32(const uint16_t* a, const uint16_t* b, int64_t kt_n, floa
 }
 
 // Row blocks [mb0, mb1) (32 rows each) x columns [n0, n1) (n0 a multiple of 32) of one problem,
-// with those rows of A packed as [block][K/32][32][32] at a_packed.
+// with those rows of A packed as one group at a_packed (a_offset).
 void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t mb1, int64_t n0,
                int64_t n1, Scratch& s) {
   const int64_t KT = round_up(p.K, 32) / 32, ldf = round_up(n1 - n0, 32);
@@ -129,7 +139,7 @@ void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t 
     float* cf = s.cbuf(1024);
     for (int64_t mb = mb0; mb < mb1; ++mb) {
       const int64_t m0 = mb * 32, rows = std::min<int64_t>(32, p.M - m0);
-      const uint16_t* a = a_packed + (mb - mb0) * KT * 1024;
+      const uint16_t* a = a_packed + a_offset(mb - mb0, 0, mb1 - mb0, KT);
       for (int64_t n = n0; n < std::min(n1, p.N); n += 32) {
         const uint16_t* b = p.b_packed + (n / 32) * KT * 1024;
         if (rows > 16)
@@ -147,7 +157,7 @@ void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t 
     const int64_t kt_n = std::min(kKc / 32, KT - kt0);
     for (int64_t mb = mb0; mb < mb1; ++mb) {
       const int64_t rows = std::min<int64_t>(32, p.M - mb * 32);
-      const uint16_t* a = a_packed + ((mb - mb0) * KT + kt0) * 1024;
+      const uint16_t* a = a_packed + a_offset(mb - mb0, kt0, mb1 - mb0, KT);
       float* cf = cf_all + (mb - mb0) * 32 * ldf;
       for (int64_t n = n0; n < n1; n += 32) {
         const uint16_t* b = p.b_packed + ((n / 32) * KT + kt0) * 1024;
@@ -289,8 +299,7 @@ void gemm(const std::vector<Problem>& problems) {
           a = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(a_buf.data()) + 63) &
                                           ~uintptr_t(63));
           for (int64_t mb = mb0; mb < mb1; ++mb)
-            pack_a(p, mb * 32, std::min<int64_t>(32, p.M - mb * 32), 0, KT,
-                   a + (mb - mb0) * KT * 1024);
+            pack_a(p, mb * 32, std::min<int64_t>(32, p.M - mb * 32), KT, mb1 - mb0, mb - mb0, a);
           packed_problem = int64_t(pi);
           packed_group = group;
         }
