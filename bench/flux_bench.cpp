@@ -4,7 +4,7 @@
 // weights written by bench/run_flux_vs_torch.py). Side by side with diffusers:
 // bench/run_flux_vs_torch.py. Alone: build/bench/flux_bench [--model DIR] [--dtype f32|bf16]
 // [--sizes 64,128,256] [--txt 64] [--modes eager,defer,compile,regional] [--iters N]
-// [--warmup N]
+// [--warmup N] [--vae DIR (AutoencoderKL.decode at --sizes instead)]
 // plus Google Benchmark's flags (--benchmark_format=json).
 // Inputs are torch.randn(seed 0) draws of the forward() arguments (tessera's generator is
 // torch's), so both sides run the same values; img_ids are the pipeline's (row, col) grid.
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "models/autoencoder_kl.h"
 #include "models/flux_transformer.h"
 #include "ops/copy.h"
 #include "runtime/modes.h"
@@ -39,6 +40,7 @@ struct Options {
   std::vector<std::string> modes{"eager", "defer", "compile", "regional"};
   int64_t iters = 0;  // 0: Google Benchmark chooses
   int64_t warmup = 2;
+  std::string vae;  // --vae DIR: time AutoencoderKL.decode instead of the transformer
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -149,6 +151,32 @@ void bench_step(benchmark::State& st, FluxTransformer2DModel* model, std::string
   st.counters["cache_hits"] = double(s.cache_hits);
 }
 
+// One AutoencoderKL.decode of a (1, latent_channels, size / 8, size / 8) torch.randn latent.
+void bench_vae(benchmark::State& st, const AutoencoderKL* vae, int64_t size, int64_t warmup,
+               DType dtype) {
+  Generator g(0);
+  Tensor z = randn({1, vae->config().latent_channels, size / 8, size / 8}, DType::f32, g);
+  if (dtype != DType::f32) z = astype(z, dtype);
+  auto run = [&] {
+    const Tensor y = vae->decode(z);
+    synchronize();
+    benchmark::DoNotOptimize(y.raw_data());
+  };
+  for (int64_t i = 0; i < warmup; ++i) run();
+  double best_wall = 1e30, best_cpu = 1e30;
+  for (auto _ : st) {
+    const std::clock_t c0 = std::clock();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    best_wall = std::min(
+        best_wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best_cpu = std::min(best_cpu, double(std::clock() - c0) / CLOCKS_PER_SEC);
+  }
+  st.counters["best_ms"] = best_wall * 1e3;
+  st.counters["best_cpu_ms"] = best_cpu * 1e3;
+  st.counters["threads"] = num_threads();
+}
+
 int main_impl(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   Options o;
@@ -176,6 +204,8 @@ int main_impl(int argc, char** argv) {
       o.iters = std::stoll(value());
     } else if (a == "--warmup") {
       o.warmup = std::stoll(value());
+    } else if (a == "--vae") {
+      o.vae = value();
     } else {
       throw std::runtime_error("[flux_bench] unknown argument '" + a +
                                "'; expected --model, --dtype, --sizes, --txt, --modes, --iters, "
@@ -186,8 +216,21 @@ int main_impl(int argc, char** argv) {
     if (s <= 0 || s % 16 != 0)
       throw std::runtime_error("[flux_bench] size " + std::to_string(s) +
                                " must be a positive multiple of 16");
-  const auto model = FluxTransformer2DModel::from_pretrained(o.model, o.dtype);
   const std::string dt = dtype_name(o.dtype);
+  if (!o.vae.empty()) {
+    const auto vae = AutoencoderKL::from_pretrained(o.vae, o.dtype);
+    for (int64_t size : o.sizes) {
+      auto* b = benchmark::RegisterBenchmark(
+          ("vae_decode/" + dt + "/" + std::to_string(size) + "/eager").c_str(), bench_vae,
+          vae.get(), size, o.warmup, o.dtype);
+      b->Unit(benchmark::kMillisecond)->UseRealTime();
+      if (o.iters > 0) b->Iterations(o.iters);
+    }
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  }
+  const auto model = FluxTransformer2DModel::from_pretrained(o.model, o.dtype);
   for (int64_t size : o.sizes)
     for (const auto& mode : o.modes) {
       auto* b = benchmark::RegisterBenchmark(

@@ -6,6 +6,9 @@ Workloads:
   tiny  dispatch-bound (issue 5): the transformer of tests/fixtures/flux1-schnell-tiny (width 32,
         2 double + 2 single blocks) at 64x64, 128x128, 256x256 (16/64/256 image tokens) with
         --txt text tokens; many small ops per step.
+  vae   FLUX.1's AutoencoderKL decoder (block_out_channels 128/256/512/512, 16 latent
+        channels, random f32 weights written once next to --workdir) at 512x512, with the
+        decoder's convolution FLOPs (counted by forward hooks) against the GEMM ceiling.
   mini  compute-bound "flux-mini" (issue 4): FLUX.1's widths (3072 hidden, 24 heads x 128, joint
         dim 4096, pooled 768, in_channels 64) with 2 double + 4 single blocks, one step at
         512x512 (1024 image + 512 text tokens). Random weights (torch's default init, seed 0) are
@@ -15,7 +18,7 @@ Workloads:
 Each side runs in its own process (one model in memory at a time), warm-up steps first, then
 --iters steps; it reports the best step by wall time and the best by process CPU time (all
 threads). On a shared machine the CPU-time numbers are the steadier comparison.
-Usage: /work/refvenv/bin/python bench/run_flux_vs_torch.py [--workload tiny|mini|all]
+Usage: /work/refvenv/bin/python bench/run_flux_vs_torch.py [--workload tiny|mini|vae|all]
        [--bench BUILD/bench/flux_bench] [--gemm-bench BUILD/bench/gemm_bench] [--threads 2] [--dtypes f32,bf16] [--iters N]
 """
 import argparse
@@ -34,6 +37,13 @@ MINI_CONFIG = dict(patch_size=1, in_channels=64, out_channels=None, num_layers=2
                    num_single_layers=4, attention_head_dim=128, num_attention_heads=24,
                    joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=False,
                    axes_dims_rope=[16, 56, 56])
+
+# FLUX.1's AutoencoderKL (the published vae/config.json's shape keys).
+VAE_CONFIG = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
+                  up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
+                  layers_per_block=2, act_fn="silu", latent_channels=16, norm_num_groups=32,
+                  sample_size=1024, scaling_factor=0.3611, shift_factor=0.1159,
+                  use_quant_conv=False, use_post_quant_conv=False, force_upcast=True)
 
 
 def find_build_file(rel: str) -> pathlib.Path:
@@ -96,6 +106,71 @@ def torch_worker(args) -> int:
     return 0
 
 
+def torch_vae_worker(args) -> int:
+    """AutoencoderKL.decode at each size; also counts the decoder's convolution FLOPs."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.set_num_threads(args.threads)
+    dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
+    vae = AutoencoderKL.from_pretrained(args.model, torch_dtype=dtype).eval()
+    results = []
+    with torch.inference_mode():
+        for size in args.sizes:
+            g = torch.Generator().manual_seed(0)
+            z = torch.randn(1, vae.config.latent_channels, size // 8, size // 8, generator=g)
+            z = z.to(dtype)
+            flops = [0.0]
+
+            def hook(mod, inp, out):
+                k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
+                flops[0] += 2.0 * out.numel() * k
+
+            hs = [m.register_forward_hook(hook) for m in vae.decoder.modules()
+                  if isinstance(m, torch.nn.Conv2d)]
+            vae.decode(z)  # warm-up, counts FLOPs
+            for h in hs:
+                h.remove()
+            walls, cpus = [], []
+            for _ in range(max(args.iters, 1)):
+                c, t = time.process_time(), time.perf_counter()
+                vae.decode(z)
+                walls.append(time.perf_counter() - t)
+                cpus.append(time.process_time() - c)
+            results.append(dict(size=size, best_ms=min(walls) * 1e3, best_cpu_ms=min(cpus) * 1e3,
+                                mean_ms=sum(walls) / len(walls) * 1e3, iters=len(walls),
+                                conv_GFLOP=flops[0] / 1e9))
+    print(json.dumps(results))
+    return 0
+
+
+def run_vae(bench, folder, dtype, sizes, threads, iters):
+    cmd = [sys.executable, __file__, "--torch-worker", "--vae-worker", "--model", str(folder),
+           "--dtype", dtype, "--sizes", ",".join(map(str, sizes)), "--threads", str(threads),
+           "--iters", str(iters)]
+    out = subprocess.run(cmd, env=thread_env(threads), check=True, capture_output=True,
+                         text=True).stdout
+    ref = {r["size"]: r for r in json.loads(out.strip().splitlines()[-1])}
+    cmd = [str(bench), "--vae", str(folder), "--dtype", dtype, "--sizes",
+           ",".join(map(str, sizes)), "--warmup", "1", "--iters", str(iters),
+           "--benchmark_format=json"]
+    out = subprocess.run(cmd, env=thread_env(threads), check=True, capture_output=True,
+                         text=True).stdout
+    tes = {int(b["run_name"].split("/")[2]): b for b in json.loads(out)["benchmarks"]}
+    return tes, ref
+
+
+def write_vae(folder: pathlib.Path) -> None:
+    if (folder / "config.json").exists():
+        return
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(0)
+    print(f"writing the FLUX VAE with random weights (f32) to {folder} ...", flush=True)
+    AutoencoderKL(**VAE_CONFIG).save_pretrained(folder)
+
+
 def run_torch(model: pathlib.Path, dtype: str, sizes, txt: int, threads: int, iters: int,
               warmup: int, min_seconds: float):
     cmd = [sys.executable, __file__, "--torch-worker", "--model", str(model), "--dtype", dtype,
@@ -155,7 +230,7 @@ def ratio(a: float, b: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--workload", default="tiny", choices=["tiny", "mini", "all"])
+    ap.add_argument("--workload", default="tiny", choices=["tiny", "mini", "vae", "all"])
     ap.add_argument("--bench", type=pathlib.Path, default=None)
     ap.add_argument("--gemm-bench", type=pathlib.Path, default=None,
                     help="bench/gemm_bench for the ceiling (default: the first build*/ found)")
@@ -169,6 +244,7 @@ def main() -> int:
     ap.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path("/tmp/tessera-flux-mini"))
     # Internal: the torch side in its own process.
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--vae-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--dtype", default="f32", help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default="64,128,256", help=argparse.SUPPRESS)
@@ -176,7 +252,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.torch_worker:
         args.sizes = [int(s) for s in args.sizes.split(",")]
-        return torch_worker(args)
+        return torch_vae_worker(args) if args.vae_worker else torch_worker(args)
 
     import torch
     import diffusers
@@ -187,8 +263,31 @@ def main() -> int:
     print(f"# {start:%Y-%m-%d %H:%M} UTC, torch {torch.__version__}, diffusers "
           f"{diffusers.__version__}, {args.threads} threads, load average "
           f"{os.getloadavg()[0]:.2f}, bench {bench}")
-    workloads = ["tiny", "mini"] if args.workload == "all" else [args.workload]
+    workloads = ["tiny", "mini", "vae"] if args.workload == "all" else [args.workload]
     for wl in workloads:
+        if wl == "vae":
+            folder = args.workdir.parent / "tessera-flux-vae"
+            write_vae(folder)
+            ceil_dt = {}
+            for dt in (args.dtypes or "f32").split(","):
+                tes, ref = run_vae(bench, folder, dt, [512], args.threads, args.iters or 1)
+                ceil = gemm_ceiling(args.threads, dt, args.gemm_bench)
+                r, b = ref[512], tes[512]
+                gf = r["conv_GFLOP"]
+                print(f"\n## vae decode {dt} 512x512 (conv FLOPs {gf:.0f} GFLOP), GEMM ceiling "
+                      f"{ceil[0]:.0f} wall / {ceil[1]:.0f} per CPU-s, load average "
+                      f"{os.getloadavg()[0]:.2f}")
+                print("| side | best ms | best CPU ms | vs torch (wall) | vs torch (CPU) | "
+                      "GFLOP/s wall | of ceiling | GFLOP/s per CPU | of ceiling |")
+                print("|---|---|---|---|---|---|---|---|---|")
+                for name, x in (("torch eager", r), ("tessera eager", b)):
+                    w = gf / (x["best_ms"] / 1e3)
+                    c = gf / (x["best_cpu_ms"] / 1e3) * args.threads
+                    print(f"| {name} | {x['best_ms']:.0f} | {x['best_cpu_ms']:.0f} | "
+                          f"{ratio(r['best_ms'], x['best_ms'])} | "
+                          f"{ratio(r['best_cpu_ms'], x['best_cpu_ms'])} | {w:.0f} | "
+                          f"{w / ceil[0]:.0%} | {c:.0f} | {c / ceil[1]:.0%} |", flush=True)
+            continue
         if wl == "tiny":
             model, sizes, txt = TINY, [64, 128, 256], args.txt
             dtypes = (args.dtypes or "f32").split(",")
