@@ -39,6 +39,25 @@ std::string default_model(bool* is_test_pipeline) {
   return *is_test_pipeline ? root + "/tests/fixtures/flux1-schnell-tiny" : trained;
 }
 
+// The bundled model is trained at one size and T5 length: its vae sample_size and tokenizer_2
+// model_max_length are its defaults (diffusers' FLUX defaults, 1024 px and 512 tokens, are not).
+struct BundledDefaults {
+  std::optional<int64_t> size, max_sequence_length;
+};
+BundledDefaults bundled_defaults(const std::string& model) {
+  const auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    return f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+  };
+  const auto int_field = [](const nlohmann::json& j, const char* key) -> std::optional<int64_t> {
+    if (j.is_object() && j.contains(key) && j[key].is_number_integer())
+      return j[key].get<int64_t>();
+    return std::nullopt;
+  };
+  return {int_field(read(model + "/vae/config.json"), "sample_size"),
+          int_field(read(model + "/tokenizer_2/tokenizer_config.json"), "model_max_length")};
+}
+
 std::string output_name(const std::string& output, int index, int count) {
   if (count == 1) return output;
   const std::filesystem::path p(output);
@@ -116,12 +135,17 @@ int run_generate(const GenerateOptions& o) {
   if (!o.prompt_2.empty()) call.prompt_2 = std::vector<std::string>{o.prompt_2};
   call.height = o.height;
   call.width = o.width;
+  const BundledDefaults bundled =
+      o.model.empty() && !test_pipeline ? bundled_defaults(model) : BundledDefaults{};
+  if (!call.height) call.height = bundled.size;
+  if (!call.width) call.width = bundled.size;
   call.num_inference_steps = o.steps;
   call.guidance_scale = o.guidance;
   call.num_images_per_prompt = o.num_images;
   call.seed = o.seed;
   const FluxDefaults d = pipe->defaults();
-  call.max_sequence_length = o.max_sequence_length.value_or(d.max_sequence_length);
+  call.max_sequence_length =
+      o.max_sequence_length.value_or(bundled.max_sequence_length.value_or(d.max_sequence_length));
   const double t_steps = now_seconds();
   call.on_step_end = [&](int i, int n, const Tensor&) {
     show_progress(i + 1, n, now_seconds() - t_steps);

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Trains models/tessera-shapes: a small FLUX.1-dev-architecture pipeline that draws shapes.
+
+Procedural 64x64 images (circle, square, triangle, star in named colours on named backgrounds,
+one or two of them) with captions like "a red circle on a white background" or "two blue
+squares". Stage 1 trains the AutoencoderKL (FLUX layout: 16 latent channels, 8x down, no quant
+convs); stage 2 trains FluxTransformer2DModel jointly with the tiny CLIP and T5 encoders on the
+rectified-flow objective (x_t = (1-t) x0 + t noise, target noise - x0, logit-normal t).
+Reproducible: fixed seeds, torch on one thread, deterministic algorithms.
+
+Usage: /work/refvenv/bin/python reference/train_default.py [--out models/tessera-shapes]
+       [--vae-steps N] [--dit-steps N]   (smaller numbers: a smoke run)
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+TOKENIZERS = ROOT / "tests" / "fixtures" / "flux1-schnell-tiny"
+
+SIZE = 64
+MAX_SEQ = 48  # T5 tokens: the longest caption is 39 tokens with this (character-level) vocabulary
+
+# Named colours (RGB). Foreground colours, then background-only ones.
+COLOURS = {
+    "red": (220, 30, 30),
+    "green": (30, 160, 50),
+    "blue": (30, 70, 220),
+    "yellow": (245, 215, 30),
+    "orange": (245, 135, 20),
+    "purple": (135, 45, 175),
+    "white": (255, 255, 255),
+    "black": (0, 0, 0),
+    "gray": (128, 128, 128),
+}
+FOREGROUNDS = ["red", "green", "blue", "yellow", "orange", "purple", "white", "black"]
+BACKGROUNDS = ["white", "black", "gray", "yellow", "blue"]
+SHAPES = ["circle", "square", "triangle", "star"]
+PLURAL = {"circle": "circles", "square": "squares", "triangle": "triangles", "star": "stars"}
+
+# (colour, shape, background) triples never shown in training: the held-out evaluation set.
+HELD_OUT = [
+    ("red", "star", "black"), ("red", "square", "gray"), ("green", "circle", "white"),
+    ("green", "triangle", "yellow"), ("blue", "star", "white"), ("blue", "circle", "gray"),
+    ("yellow", "square", "black"), ("yellow", "triangle", "blue"), ("orange", "circle", "black"),
+    ("orange", "star", "gray"), ("purple", "square", "white"), ("purple", "triangle", "black"),
+    ("white", "star", "blue"), ("white", "circle", "black"), ("black", "square", "yellow"),
+    ("black", "triangle", "white"), ("red", "triangle", "blue"), ("green", "square", "black"),
+    ("blue", "triangle", "yellow"), ("purple", "circle", "yellow"),
+]
+
+
+def caption(colour, shape, bg, count, with_bg=True):
+    obj = f"a {colour} {shape}" if count == 1 else f"two {colour} {PLURAL[shape]}"
+    return f"{obj} on a {bg} background" if with_bg else obj
+
+
+def eval_prompts():
+    """The 20 held-out prompts: every 4th asks for two shapes."""
+    return [caption(c, s, b, 2 if i % 4 == 3 else 1) for i, (c, s, b) in enumerate(HELD_OUT)]
+
+
+def training_triples():
+    held = set(HELD_OUT)
+    return [(c, s, b) for c in FOREGROUNDS for s in SHAPES for b in BACKGROUNDS
+            if c != b and (c, s, b) not in held]
+
+
+# ---------------------------------------------------------------- procedural images
+SS = 4  # supersampling factor: shapes are drawn at 256x256 and box-filtered to 64x64
+
+
+def shape_mask(shape, cx, cy, r, n):
+    """Boolean mask (n x n, supersampled pixel centres) of one shape centred at (cx, cy) in
+    64-pixel units with 'radius' r (half the bounding box size)."""
+    ys, xs = np.mgrid[0:n, 0:n].astype(np.float32)
+    x = (xs + 0.5) / SS - cx
+    y = (ys + 0.5) / SS - cy
+    if shape == "circle":
+        return x * x + y * y <= r * r
+    if shape == "square":
+        return (np.abs(x) <= r) & (np.abs(y) <= r)
+    if shape == "triangle":  # upright, base at y = +r, apex at y = -r
+        h = 2 * r
+        return (y <= r) & (y >= -r) & (np.abs(x) <= (y + r) / h * r * 1.0)
+    if shape == "star":  # five points, inner radius 0.45 r, one point up
+        pts = []
+        for k in range(10):
+            a = -math.pi / 2 + k * math.pi / 5
+            rr = r if k % 2 == 0 else 0.45 * r
+            pts.append((rr * math.cos(a), rr * math.sin(a)))
+        inside = np.zeros_like(x, dtype=bool)
+        # even-odd rule over the polygon edges
+        for i in range(10):
+            x1, y1 = pts[i]
+            x2, y2 = pts[(i + 1) % 10]
+            cond = ((y1 > y) != (y2 > y)) & (x < (x2 - x1) * (y - y1) / (y2 - y1 + 1e-12) + x1)
+            inside ^= cond
+        return inside
+    raise ValueError(shape)
+
+
+def draw(rng, colour, shape, bg, count):
+    """One 64x64 uint8 RGB image (H, W, 3)."""
+    n = SIZE * SS
+    img = np.empty((n, n, 3), np.float32)
+    img[:] = COLOURS[bg]
+    placed = []
+    for _ in range(count):
+        for _attempt in range(100):
+            r = rng.uniform(9, 18) if count == 1 else rng.uniform(6, 11)
+            cx, cy = rng.uniform(r + 2, SIZE - r - 2, size=2)
+            if all(math.hypot(cx - px, cy - py) > r + pr + 3 for px, py, pr in placed):
+                break
+        placed.append((cx, cy, r))
+        img[shape_mask(shape, cx, cy, r, n)] = COLOURS[colour]
+    img = img.reshape(SIZE, SS, SIZE, SS, 3).mean(axis=(1, 3))
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+
+def make_dataset(n, seed):
+    rng = np.random.default_rng(seed)
+    triples = training_triples()
+    images = np.empty((n, SIZE, SIZE, 3), np.uint8)
+    captions = []
+    for i in range(n):
+        c, s, b = triples[rng.integers(len(triples))]
+        count = 1 if rng.random() < 0.6 else 2
+        with_bg = rng.random() < 0.75
+        images[i] = draw(rng, c, s, b, count)
+        captions.append(caption(c, s, b, count, with_bg))
+    return images, captions
+
+
+# ---------------------------------------------------------------- models
+def make_models():
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[8, 16, 32, 64], layers_per_block=1, act_fn="silu",
+        latent_channels=16, norm_num_groups=4, sample_size=SIZE, scaling_factor=1.0,
+        shift_factor=0.0, force_upcast=True, use_quant_conv=False, use_post_quant_conv=False,
+        mid_block_add_attention=True)
+    torch.manual_seed(1)
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=64, num_layers=2, num_single_layers=3, attention_head_dim=32,
+        num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=64,
+        guidance_embeds=True, axes_dims_rope=(8, 12, 12))
+    torch.manual_seed(2)
+    clip = CLIPTextModel(CLIPTextConfig(
+        vocab_size=49408, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=77, hidden_act="quick_gelu",
+        projection_dim=64, bos_token_id=0, eos_token_id=2, pad_token_id=1))
+    torch.manual_seed(3)
+    t5 = T5EncoderModel(T5Config(
+        vocab_size=1300, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+        feed_forward_proj="gated-gelu", dropout_rate=0.0, relative_attention_num_buckets=32,
+        relative_attention_max_distance=128, is_encoder_decoder=False, use_cache=False,
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    return vae, transformer, clip, t5
+
+
+def images_to_tensor(u8):
+    return torch.from_numpy(u8).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def train_vae(vae, images, steps, batch, gen):
+    opt = torch.optim.AdamW(vae.parameters(), lr=1e-3, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=steps, pct_start=0.05)
+    vae.train()
+    t0 = time.time()
+    for step in range(steps):
+        idx = torch.randint(0, len(images), (batch,), generator=gen)
+        x = images_to_tensor(images[idx.numpy()])
+        post = vae.encode(x).latent_dist
+        z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen)
+        rec = vae.decode(z).sample
+        kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
+        loss = F.l1_loss(rec, x) + F.mse_loss(rec, x) + 1e-4 * kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"vae step {step}/{steps} loss {loss.item():.4f} kl {kl.item():.3f} "
+                f"({time.time() - t0:.0f}s)")
+    vae.eval()
+
+
+def tokenize(captions):
+    from transformers import CLIPTokenizer, T5TokenizerFast
+
+    tok = CLIPTokenizer.from_pretrained(TOKENIZERS / "tokenizer")
+    tok2 = T5TokenizerFast.from_pretrained(TOKENIZERS / "tokenizer_2")
+    uniq = sorted(set(captions))
+    clip_ids = tok(uniq, padding="max_length", max_length=77, truncation=True,
+                   return_tensors="pt").input_ids
+    t5 = tok2(uniq, padding="max_length", max_length=MAX_SEQ, truncation=True,
+              return_length=False, return_overflowing_tokens=False, return_tensors="pt")
+    longest = max(len(tok2(u).input_ids) for u in uniq)
+    assert longest <= MAX_SEQ, f"caption of {longest} T5 tokens > {MAX_SEQ}"
+    index = {u: i for i, u in enumerate(uniq)}
+    return clip_ids, t5.input_ids, torch.tensor([index[c] for c in captions]), longest
+
+
+def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, batch, gen):
+    from diffusers import FluxPipeline
+
+    params = list(transformer.parameters()) + list(clip.parameters()) + list(t5.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.99))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=steps, pct_start=0.05)
+    transformer.train(); clip.train(); t5.train()
+    lh = latents.shape[2]
+    img_ids = FluxPipeline._prepare_latent_image_ids(batch, lh // 2, lh // 2, "cpu", torch.float32)
+    txt_ids = torch.zeros(MAX_SEQ, 3)
+    t0 = time.time()
+    ema = None
+    for step in range(steps):
+        idx = torch.randint(0, len(latents), (batch,), generator=gen)
+        x0 = latents[idx]
+        c = cap_idx[idx]
+        pooled = clip(clip_ids[c]).pooler_output
+        text = t5(t5_ids[c]).last_hidden_state
+        noise = torch.randn(x0.shape, generator=gen)
+        # logit-normal t (as SD3/FLUX training), with 10% uniform so the ends are covered
+        t = torch.sigmoid(torch.randn(batch, generator=gen))
+        u = torch.rand(batch, generator=gen)
+        t = torch.where(torch.rand(batch, generator=gen) < 0.1, u, t)
+        tt = t.view(-1, 1, 1, 1)
+        xt = (1 - tt) * x0 + tt * noise
+        packed = FluxPipeline._pack_latents(xt, batch, 16, lh, lh)
+        target = FluxPipeline._pack_latents(noise - x0, batch, 16, lh, lh)
+        guidance = torch.rand(batch, generator=gen) * 10.0  # ignored: any --guidance works
+        pred = transformer(hidden_states=packed, timestep=t, guidance=guidance,
+                           pooled_projections=pooled, encoder_hidden_states=text,
+                           txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]
+        loss = F.mse_loss(pred, target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"dit step {step}/{steps} loss {loss.item():.4f} ema {ema:.4f} "
+                f"({time.time() - t0:.0f}s)")
+    transformer.eval(); clip.eval(); t5.eval()
+
+
+def copy_tokenizers(out):
+    """The fixtures' tokenizer folders as they are (save_pretrained would rewrite them as
+    tokenizer.json only), with tokenizer_2's model_max_length set to the trained T5 length:
+    tessera's default for the bundled model."""
+    for sub in ["tokenizer", "tokenizer_2"]:
+        shutil.rmtree(out / sub, ignore_errors=True)
+        shutil.copytree(TOKENIZERS / sub, out / sub, symlinks=False)
+    cfg_path = out / "tokenizer_2" / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["model_max_length"] = MAX_SEQ
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default=str(ROOT / "models" / "tessera-shapes"))
+    p.add_argument("--images", type=int, default=10000)
+    p.add_argument("--vae-steps", type=int, default=1200)
+    p.add_argument("--vae-batch", type=int, default=16)
+    p.add_argument("--dit-steps", type=int, default=2400)
+    p.add_argument("--dit-batch", type=int, default=32)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    start = time.time()
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+    from transformers import CLIPTokenizer, T5TokenizerFast
+
+    log(f"drawing {args.images} images")
+    images, captions = make_dataset(args.images, args.seed)
+    clip_ids, t5_ids, cap_idx, longest = tokenize(captions)
+    log(f"{len(set(captions))} distinct captions, longest {longest} T5 tokens")
+    vae, transformer, clip, t5 = make_models()
+    for name, m in [("vae", vae), ("transformer", transformer), ("clip", clip), ("t5", t5)]:
+        log(f"{name}: {sum(x.numel() for x in m.parameters()) / 1e6:.2f}M parameters")
+
+    gen = torch.Generator().manual_seed(args.seed)
+    train_vae(vae, images, args.vae_steps, args.vae_batch, gen)
+    with torch.no_grad():
+        means, stds = [], []
+        for i in range(0, len(images), 256):
+            post = vae.encode(images_to_tensor(images[i:i + 256])).latent_dist
+            means.append(post.mean); stds.append(post.std)
+        mean, std = torch.cat(means), torch.cat(stds)
+        x = images_to_tensor(images[:256])
+        rec = vae.decode(mean[:256]).sample
+        log(f"vae reconstruction max|err| {((rec - x).abs().amax()).item() * 127.5:.1f}/255 "
+            f"mean {((rec - x).abs().mean()).item() * 127.5:.2f}/255")
+        shift = mean.mean().item()
+        scale = 1.0 / (mean.std().item())
+    vae.register_to_config(scaling_factor=round(scale, 4), shift_factor=round(shift, 4))
+    log(f"latent shift_factor {shift:.4f} scaling_factor {scale:.4f}")
+    # FLUX latents: (z - shift) * scale, a fresh posterior sample per training step
+    vae_t = time.time() - start
+    mean = (mean - vae.config.shift_factor) * vae.config.scaling_factor
+    std = std * vae.config.scaling_factor
+
+    class Latents:
+        shape = mean.shape
+
+        def __len__(self):
+            return len(mean)
+
+        def __getitem__(self, idx):
+            return mean[idx] + std[idx] * torch.randn(mean[idx].shape, generator=gen)
+
+    train_dit(transformer, clip, t5, Latents(), cap_idx, clip_ids, t5_ids, args.dit_steps,
+              args.dit_batch, gen)
+
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
+        max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096)
+    dtype = getattr(torch, args.dtype)
+    pipe = FluxPipeline(
+        scheduler=scheduler, vae=vae.to(dtype), text_encoder=clip.to(dtype),
+        tokenizer=CLIPTokenizer.from_pretrained(TOKENIZERS / "tokenizer"),
+        text_encoder_2=t5.to(dtype),
+        tokenizer_2=T5TokenizerFast.from_pretrained(TOKENIZERS / "tokenizer_2"),
+        transformer=transformer.to(dtype))
+    out = pathlib.Path(args.out)
+    if out.exists():
+        for sub in ["scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
+                    "transformer", "vae"]:
+            shutil.rmtree(out / sub, ignore_errors=True)
+    pipe.save_pretrained(out, safe_serialization=True)
+    copy_tokenizers(out)
+    total = time.time() - start
+    recipe = {
+        "command": "nice -n 5 /work/refvenv/bin/python reference/train_default.py " +
+                   " ".join(sys.argv[1:]),
+        "args": vars(args), "seed": args.seed, "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "vae_seconds": round(vae_t, 1),
+        "total_seconds": round(total, 1), "distinct_captions": len(set(captions)),
+        "held_out": [list(t) for t in HELD_OUT], "max_sequence_length": MAX_SEQ,
+        "height": SIZE, "width": SIZE,
+    }
+    (out / "training_recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+    log(f"saved {out} in {total / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
