@@ -174,6 +174,17 @@ def make_models():
     return vae, transformer, clip, t5
 
 
+def load_models(folder):
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
+    from transformers import CLIPTextModel, T5EncoderModel
+
+    f = pathlib.Path(folder)
+    return (AutoencoderKL.from_pretrained(f / "vae", torch_dtype=torch.float32),
+            FluxTransformer2DModel.from_pretrained(f / "transformer", torch_dtype=torch.float32),
+            CLIPTextModel.from_pretrained(f / "text_encoder", dtype=torch.float32),
+            T5EncoderModel.from_pretrained(f / "text_encoder_2", dtype=torch.float32))
+
+
 def images_to_tensor(u8):
     return torch.from_numpy(u8).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
 
@@ -222,12 +233,13 @@ def tokenize(captions):
     return clip_ids, t5.input_ids, torch.tensor([index[c] for c in captions]), longest
 
 
-def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, batch, gen):
+def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, batch, gen,
+              lr=1e-3):
     from diffusers import FluxPipeline
 
     params = list(transformer.parameters()) + list(clip.parameters()) + list(t5.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.99))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-3, total_steps=steps, pct_start=0.05)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.99))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     transformer.train(); clip.train(); t5.train()
     lh = latents.shape[2]
     img_ids = FluxPipeline._prepare_latent_image_ids(batch, lh // 2, lh // 2, "cpu", torch.float32)
@@ -289,6 +301,9 @@ def main():
     p.add_argument("--dit-batch", type=int, default=32)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dit-lr", type=float, default=1e-3)
+    p.add_argument("--resume", help="continue the transformer and text encoders of a saved "
+                   "folder (its VAE kept as it is); the data are drawn again from --seed")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -301,12 +316,13 @@ def main():
     images, captions = make_dataset(args.images, args.seed)
     clip_ids, t5_ids, cap_idx, longest = tokenize(captions)
     log(f"{len(set(captions))} distinct captions, longest {longest} T5 tokens")
-    vae, transformer, clip, t5 = make_models()
+    vae, transformer, clip, t5 = make_models() if not args.resume else load_models(args.resume)
     for name, m in [("vae", vae), ("transformer", transformer), ("clip", clip), ("t5", t5)]:
         log(f"{name}: {sum(x.numel() for x in m.parameters()) / 1e6:.2f}M parameters")
 
     gen = torch.Generator().manual_seed(args.seed)
-    train_vae(vae, images, args.vae_steps, args.vae_batch, gen)
+    if not args.resume:
+        train_vae(vae, images, args.vae_steps, args.vae_batch, gen)
     with torch.no_grad():
         means, stds = [], []
         for i in range(0, len(images), 256):
@@ -319,7 +335,8 @@ def main():
             f"mean {((rec - x).abs().mean()).item() * 127.5:.2f}/255")
         shift = mean.mean().item()
         scale = 1.0 / (mean.std().item())
-    vae.register_to_config(scaling_factor=round(scale, 4), shift_factor=round(shift, 4))
+    if not args.resume:
+        vae.register_to_config(scaling_factor=round(scale, 4), shift_factor=round(shift, 4))
     log(f"latent shift_factor {shift:.4f} scaling_factor {scale:.4f}")
     # FLUX latents: (z - shift) * scale, a fresh posterior sample per training step
     vae_t = time.time() - start
@@ -336,7 +353,7 @@ def main():
             return mean[idx] + std[idx] * torch.randn(mean[idx].shape, generator=gen)
 
     train_dit(transformer, clip, t5, Latents(), cap_idx, clip_ids, t5_ids, args.dit_steps,
-              args.dit_batch, gen)
+              args.dit_batch, gen, args.dit_lr)
 
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
