@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "flux_bench_inputs.h"
 #include "models/flux_transformer.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
@@ -32,27 +33,6 @@ struct Options {
   DType dtype = DType::f32;
   bool deep = true;
 };
-
-FluxTransformerInputs make_inputs(const FluxTransformerConfig& c, int64_t size, int64_t txt,
-                                  DType dtype) {
-  const int64_t h = size / 16, w = size / 16, img = h * w;
-  Generator g(0);
-  FluxTransformerInputs in;
-  in.hidden_states = astype(randn({1, img, c.in_channels}, DType::f32, g), dtype);
-  in.encoder_hidden_states = astype(randn({1, txt, c.joint_attention_dim}, DType::f32, g), dtype);
-  in.pooled_projections = astype(randn({1, c.pooled_projection_dim}, DType::f32, g), dtype);
-  in.timestep = Tensor::from_floats({1.0f}, {1}, dtype);
-  if (c.guidance_embeds) in.guidance = Tensor::from_floats({3.5f}, {1}, DType::f32);
-  std::vector<float> ids(size_t(img * 3), 0.0f);
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < w; ++j) {
-      ids[size_t((i * w + j) * 3 + 1)] = float(i);
-      ids[size_t((i * w + j) * 3 + 2)] = float(j);
-    }
-  in.img_ids = Tensor::from_floats(ids, {img, 3}, DType::f32);
-  in.txt_ids = Tensor::zeros({txt, 3}, DType::f32);
-  return in;
-}
 
 struct Timing {
   double wall_ms = 1e30, cpu_ms = 1e30;
@@ -83,7 +63,7 @@ void dispatch_bound(const Options& o) {
   std::printf("%6s %10s %10s %10s %10s %10s %10s %8s %8s\n", "size", "eager_ms", "eager_cpu",
               "full_ms", "full_cpu", "region_ms", "region_cpu", "full_x", "region_x");
   for (int64_t size : o.sizes) {
-    const FluxTransformerInputs in = make_inputs(m->config, size, 64, o.dtype);
+    const FluxTransformerInputs in = bench::random_flux_inputs(m->config, size, size, 64, o.dtype);
     m->reset_compile();
     const Timing e = time_steps(*m, in, o.iters);
     m->compile();
@@ -114,7 +94,7 @@ void flux_deep(const Options& o) {
   for (const auto& p : m.named_parameters())
     w[p.name] = astype(randn(p.shape, DType::f32, g) * 0.02, o.dtype);
   m.load_weights(MapWeightSource(std::move(w)), {.dtype = o.dtype});
-  const FluxTransformerInputs in = make_inputs(c, 128, 64, o.dtype);
+  const FluxTransformerInputs in = bench::random_flux_inputs(c, 128, 128, 64, o.dtype);
   std::printf("\nflux-deep: 19 double + 38 single blocks, width %lld (%s), 128x128, txt 64\n",
               static_cast<long long>(c.inner_dim()), dtype_name(o.dtype));
   const Timing e = time_steps(m, in, o.iters / 3 + 1);

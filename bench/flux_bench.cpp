@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "models/autoencoder_kl.h"
+#include "flux_bench_inputs.h"
 #include "models/flux_transformer.h"
 #include "ops/copy.h"
 #include "runtime/modes.h"
@@ -52,32 +53,6 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 // The forward() arguments diffusers' FluxPipeline passes at height x width (packed 2x2 latents).
-FluxTransformerInputs make_inputs(const FluxTransformerConfig& c, int64_t height, int64_t width,
-                                  int64_t txt, DType dtype) {
-  const int64_t h = height / 16, w = width / 16, img = h * w;
-  Generator g(0);
-  FluxTransformerInputs in;
-  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, g);
-  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, g);
-  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, g);
-  if (dtype != DType::f32) {
-    in.hidden_states = astype(in.hidden_states, dtype);
-    in.encoder_hidden_states = astype(in.encoder_hidden_states, dtype);
-    in.pooled_projections = astype(in.pooled_projections, dtype);
-  }
-  in.timestep = Tensor::from_floats({1.0f}, {1}, dtype);
-  if (c.guidance_embeds) in.guidance = Tensor::from_floats({3.5f}, {1}, DType::f32);
-  std::vector<float> ids(size_t(img * 3), 0.0f);
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < w; ++j) {
-      ids[size_t((i * w + j) * 3 + 1)] = float(i);
-      ids[size_t((i * w + j) * 3 + 2)] = float(j);
-    }
-  in.img_ids = Tensor::from_floats(ids, {img, 3}, DType::f32);
-  in.txt_ids = Tensor::zeros({txt, 3}, DType::f32);
-  return in;
-}
-
 // Matmul + attention FLOPs of one step (what issue 4 divides by the GEMM ceiling).
 double step_flops(const FluxTransformerConfig& c, int64_t img, int64_t txt) {
   const double d = double(c.inner_dim()), L = double(img + txt), mlp = 4.0 * d;
@@ -116,7 +91,7 @@ void run_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& 
 
 void bench_step(benchmark::State& st, FluxTransformer2DModel* model, std::string mode, int64_t size,
                 int64_t txt, int64_t warmup) {
-  const FluxTransformerInputs in = make_inputs(model->config, size, size, txt, model->dtype());
+  const FluxTransformerInputs in = bench::random_flux_inputs(model->config, size, size, txt, model->dtype());
   set_mode(*model, mode);
   for (int64_t i = 0; i < warmup; ++i) run_step(*model, in);
   reset_mode_stats();

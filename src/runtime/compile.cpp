@@ -573,22 +573,8 @@ std::vector<Tensor> trace_record(PrimitivePtr p, const std::vector<Tensor>& inpu
     n.src_out.push_back(0);
     n.placeholder.push_back(-1);
   }
-  std::vector<Tensor> result;
-  const int64_t idx = int64_t(tr.nodes.size());
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    auto po = std::make_shared<PendingOutput>();
-    po->segment = kTraceSegment;
-    po->node = idx;
-    po->out = int(o);
-    auto impl = std::make_shared<TensorImpl>();
-    impl->pending = po;
-    impl->shape = outputs[o].shape;
-    impl->strides = contiguous_strides(outputs[o].shape);
-    impl->dtype = outputs[o].dtype;
-    impl->device = device;
-    n.outs.push_back(std::move(po));
-    result.emplace_back(std::move(impl));
-  }
+  std::vector<Tensor> result =
+      add_pending_outputs(n, outputs, kTraceSegment, int64_t(tr.nodes.size()), device);
   n.prim = std::move(p);
   tr.nodes.push_back(std::move(n));
   return result;

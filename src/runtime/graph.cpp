@@ -354,6 +354,28 @@ void materialize_locked(State& s) {
 
 using namespace graph_detail;
 
+namespace graph_detail {
+std::vector<Tensor> add_pending_outputs(Node& n, const std::vector<TensorSpec>& outputs,
+                                        uint64_t segment, int64_t node, const Device& device) {
+  std::vector<Tensor> result;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    auto po = std::make_shared<PendingOutput>();
+    po->segment = segment;
+    po->node = node;
+    po->out = int(o);
+    auto impl = std::make_shared<TensorImpl>();
+    impl->pending = po;
+    impl->shape = outputs[o].shape;
+    impl->strides = contiguous_strides(outputs[o].shape);
+    impl->dtype = outputs[o].dtype;
+    impl->device = device;
+    n.outs.push_back(std::move(po));
+    result.emplace_back(std::move(impl));
+  }
+  return result;
+}
+}  // namespace graph_detail
+
 bool in_graph_execution() {
   return t_executing > 0;
 }
@@ -394,22 +416,8 @@ std::vector<Tensor> record_op(PrimitivePtr p, const std::vector<Tensor>& inputs,
     n.src_node.push_back(-1);
     n.src_out.push_back(0);
   }
-  std::vector<Tensor> result;
-  const int64_t idx = int64_t(s.nodes.size());
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    auto po = std::make_shared<PendingOutput>();
-    po->segment = s.segment;
-    po->node = idx;
-    po->out = int(o);
-    auto impl = std::make_shared<TensorImpl>();
-    impl->pending = po;
-    impl->shape = outputs[o].shape;
-    impl->strides = contiguous_strides(outputs[o].shape);
-    impl->dtype = outputs[o].dtype;
-    impl->device = device;
-    n.outs.push_back(std::move(po));
-    result.emplace_back(std::move(impl));
-  }
+  std::vector<Tensor> result =
+      graph_detail::add_pending_outputs(n, outputs, s.segment, int64_t(s.nodes.size()), device);
   const uint64_t oh = op_hash(*p, n.inputs);
   n.prim = std::move(p);
   s.nodes.push_back(std::move(n));

@@ -43,6 +43,10 @@ struct Plan {
   int64_t fused_kernels = 0, fused_ops = 0, allocations = 0;
 };
 
+// Pending tensors for the outputs of node `node` (about to be appended to its graph), recorded
+// in n.outs; shared by deferred recording and tracing.
+std::vector<Tensor> add_pending_outputs(Node& n, const std::vector<TensorSpec>& outputs,
+                                        uint64_t segment, int64_t node, const Device& device);
 // Fusion grouping (the expensive half of planning): which nodes run as one fused kernel.
 Grouping group_nodes(const std::vector<Node>& nodes, bool fuse);
 // Steps, fused kernels and release points (liveness) for a grouping. live[i][o]: output o of
