@@ -29,6 +29,8 @@ class Linear final : public Primitive {
     return static_cast<const Linear&>(o).has_bias_ == has_bias_;
   }
   bool has_bias() const { return has_bias_; }
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
 
  private:
   bool has_bias_;

@@ -93,6 +93,7 @@ class CompiledProgram {
     std::vector<int64_t> out_values;
     std::vector<TensorSpec> fresh_specs;  // per output: shape/dtype when allocated per run
     std::vector<char> fresh;
+    std::unique_ptr<PreparedKernel> kernel;  // the primitive's prepare_cpu, or null: eval_cpu
   };
   void prepare();
   std::vector<Prepared> prepared_;
@@ -475,6 +476,13 @@ void CompiledProgram::prepare() {
       p.outs.push_back(slot < 0 ? Tensor()
                                 : slot_tensor(slots_[slot], nodes[i].specs[o], nodes[i].device));
     }
+    if (p.prim) {
+      std::vector<Tensor> outs = p.outs;
+      for (size_t q = 0; q < outs.size(); ++q)
+        if (p.fresh[q])
+          outs[q] = slot_tensor(nullptr, p.fresh_specs[q], Device::cpu());
+      p.kernel = p.prim->prepare_cpu(p.ins, outs);
+    }
     prepared_.push_back(std::move(p));
   }
 }
@@ -511,7 +519,10 @@ std::vector<Tensor> CompiledProgram::run(const std::vector<Tensor>& inputs) {
       for (size_t q = 0; q < p.outs.size(); ++q)
         if (p.fresh[q])
           p.outs[q] = Tensor::empty(p.fresh_specs[q].shape, p.fresh_specs[q].dtype, Device::cpu());
-      p.prim->eval_cpu(p.ins, p.outs);
+      if (p.kernel)
+        p.kernel->run(p.ins, p.outs);
+      else
+        p.prim->eval_cpu(p.ins, p.outs);
       for (size_t q = 0; q < p.outs.size(); ++q) {
         values_[p.out_values[q]] = p.outs[q].impl()->storage;
         if (p.fresh[q]) p.outs[q] = Tensor();

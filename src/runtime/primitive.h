@@ -28,6 +28,15 @@ struct TensorSpec {
   DType dtype;
 };
 
+// Compiled mode: what a kernel can set up once for fixed input and output views (library
+// primitives, descriptors, packed weights, scratch). run() gets tensors of the views given to
+// prepare_cpu (same shapes, strides, dtypes); only storages and offsets change between runs.
+class PreparedKernel {
+ public:
+  virtual ~PreparedKernel() = default;
+  virtual void run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) = 0;
+};
+
 class Primitive {
  public:
   virtual ~Primitive() = default;
@@ -40,6 +49,12 @@ class Primitive {
   // compute the same function of their inputs.
   virtual void hash_attributes(Hasher&) const {}
   virtual bool equal_attributes(const Primitive&) const { return true; }
+  // Optional (compiled mode): a kernel prepared for these views that computes exactly what
+  // eval_cpu would; nullptr means eval_cpu runs each time.
+  virtual std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& /*inputs*/,
+                                                      const std::vector<Tensor>& /*outputs*/) {
+    return nullptr;
+  }
 };
 
 using PrimitivePtr = std::shared_ptr<Primitive>;

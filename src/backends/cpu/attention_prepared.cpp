@@ -1,0 +1,260 @@
+// SDPA prepared once for a compiled program (runtime/compile.cpp, decision 0010): the tiled path
+// of attention.cpp (oneDNN tile GEMMs + online softmax rows) with its tile primitives, memory
+// objects, argument maps, stream and per-thread buffers made at prepare time. Eager's sdpa_tiled
+// creates a stream, six buffers, and four memory objects plus an argument map per tile GEMM on
+// every call, which on small attentions costs more than the arithmetic. The tile GEMMs are made
+// from the same descriptors and the same row kernels run, so the results are eager's bits.
+// Prepared only where eager takes the tiled path (not the AMX kernel, not the reference path).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/attention_kernels.h"
+#include "ops/attention.h"
+#include "runtime/cpu_features.h"
+#include "runtime/parallel.h"
+
+namespace tessera {
+namespace {
+
+using cpu::SdpaArgs;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct Buffer {
+  void* p = nullptr;
+  explicit Buffer(size_t bytes) : p(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)) {}
+  ~Buffer() { std::free(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// One tile GEMM shape, made as attention.cpp's get_gemm makes it.
+struct TileGemm {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c, scratch;
+};
+
+TileGemm make_gemm(bool bf16, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                   int64_t ldc, bool b_transposed, bool accumulate) {
+  using md = dnnl::memory::desc;
+  const auto dt = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  TileGemm g;
+  g.a = md({M, K}, dt, dnnl::memory::dims{lda, 1});
+  g.b = b_transposed ? md({K, N}, dt, dnnl::memory::dims{1, ldb})
+                     : md({K, N}, dt, dnnl::memory::dims{ldb, 1});
+  g.c = md({M, N}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g.a, g.b, g.c), attr, engine());
+  g.scratch = pd.scratchpad_desc();
+  g.prim = dnnl::matmul(pd);
+  return g;
+}
+
+class PreparedSdpa final : public PreparedKernel {
+ public:
+  // `a` holds the call's sizes and strides (pointers are set per run).
+  PreparedSdpa(const SdpaArgs& a, bool avx512) : a_(a), avx512_(avx512) {
+    static const int64_t kQB = [] {
+      const char* s = std::getenv("TESSERA_SDPA_QBLOCK");  // as attention.cpp
+      return s && std::atoll(s) > 0 ? std::atoll(s) : int64_t(256);
+    }();
+    QB_ = std::min(kQB, a.Lq);
+    KB_ = std::min(cpu::kSdpaKeyBlock, a.Lk);
+    nqb_ = (a.Lq + QB_ - 1) / QB_;
+    // Tile shapes: index [m tail][n tail]; qk then pv.
+    const int64_t ms[2] = {QB_, a.Lq % QB_}, ns[2] = {KB_, a.Lk % KB_};
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        if (ms[i] == 0 || ns[j] == 0) continue;
+        auto& qk = gemms_[i][j][0];
+        auto& pv = gemms_[i][j][1];
+        qk = std::make_unique<TileGemm>(
+            make_gemm(a.bf16, ms[i], ns[j], a.D, a.qs[2], a.ks[2], KB_, true, false));
+        pv = std::make_unique<TileGemm>(
+            make_gemm(a.bf16, ms[i], a.Dv, ns[j], KB_, a.vs[2], a.Dv, false, true));
+        scratch_bytes_ = std::max({scratch_bytes_, qk->scratch.get_size(), pv->scratch.get_size()});
+      }
+    row_fn_ = cpu_isa() >= CpuIsa::avx512_bf16 ? cpu::softmax_row_avx512bf16
+              : avx512                         ? cpu::softmax_row_avx512
+                                               : cpu::softmax_row_scalar;
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    SdpaArgs a = a_;
+    a.q = static_cast<const char*>(in[0].raw_data());
+    a.k = static_cast<const char*>(in[1].raw_data());
+    a.v = static_cast<const char*>(in[2].raw_data());
+    a.out = static_cast<char*>(out[0].raw_data());
+    const int threads = std::max(1, num_threads());
+    while (int64_t(ws_.size()) < threads) ws_.push_back(std::make_unique<Workspace>(*this));
+    const int64_t rep = a.H / a.Hkv, es = int64_t(a.es());
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    parallel_for(a.B * a.H * nqb_, 1, [&](int64_t begin, int64_t end) {
+      const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
+      std::unique_ptr<Workspace> own;
+      Workspace* w = t < int(ws_.size()) ? ws_[size_t(t)].get() : nullptr;
+      if (!w) {  // called inside someone else's parallel region with more threads
+        own = std::make_unique<Workspace>(*this);
+        w = own.get();
+      }
+      float* m = w->ml.as<float>();
+      float* l = m + QB_;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t qb_i = task % nqb_, h = (task / nqb_) % a.H, b = task / (nqb_ * a.H),
+                      hk = h / rep;
+        const int64_t q0 = qb_i * QB_, qn = std::min(QB_, a.Lq - q0);
+        std::fill(m, m + qn, kNegInf);
+        std::fill(l, l + qn, 0.f);
+        std::memset(w->acc.p, 0, size_t(qn * a.Dv) * 4);
+        const int64_t kend = a.causal ? std::min(a.Lk, q0 + qn) : a.Lk;
+        for (int64_t k0 = 0; k0 < kend; k0 += KB_) {
+          const int64_t kn = std::min(KB_, a.Lk - k0);
+          const int mi = qn == QB_ ? 0 : 1, ni = kn == KB_ ? 0 : 1;
+          w->run(mi, ni, 0, a.qrow(b, h, q0), a.krow(b, hk, k0), w->S.p);
+          for (int64_t r = 0; r < qn; ++r) {
+            const int64_t i = q0 + r;
+            const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
+            const float alpha = row_fn_(w->S.as<float>() + r * KB_, kn, nvalid, a.scale, nullptr,
+                                        m + r, l + r, w->P.as<char>() + r * KB_ * es, a.bf16);
+            if (alpha != 1.f) {
+              float* row = w->acc.as<float>() + r * a.Dv;
+              if (avx512_)
+                cpu::scale_row_avx512(row, a.Dv, alpha);
+              else
+                for (int64_t d = 0; d < a.Dv; ++d) row[d] *= alpha;
+            }
+          }
+          w->run(mi, ni, 1, w->P.p, a.vrow(b, hk, k0), w->acc.p);
+        }
+        for (int64_t r = 0; r < qn; ++r) {
+          const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;
+          const float* row = w->acc.as<float>() + r * a.Dv;
+          char* o = a.orow(b, h, q0 + r);
+          if (avx512_) {
+            cpu::finish_row_avx512(row, a.Dv, inv, o, a.bf16);
+          } else {
+            for (int64_t d = 0; d < a.Dv; ++d) {
+              const float x = row[d] * inv;
+              if (a.bf16)
+                reinterpret_cast<uint16_t*>(o)[d] = f32_to_bf16(x);
+              else
+                reinterpret_cast<float*>(o)[d] = x;
+            }
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  // Per-thread tile buffers, stream and bound memory objects for every tile GEMM.
+  struct Workspace {
+    explicit Workspace(const PreparedSdpa& s)
+        : S(size_t(s.QB_ * s.KB_) * 4),
+          P(size_t(s.QB_ * s.KB_) * s.a_.es()),
+          acc(size_t(s.QB_ * s.a_.Dv) * 4),
+          ml(size_t(s.QB_) * 8),
+          scratch(std::max<size_t>(s.scratch_bytes_, 64)),
+          stream(engine()) {
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j)
+          for (int g = 0; g < 2; ++g) {
+            const TileGemm* tg = s.gemms_[i][j][g].get();
+            if (!tg) continue;
+            Bound& bd = bound[i][j][g];
+            bd.gemm = tg;
+            bd.a = dnnl::memory(tg->a, engine(), nullptr);
+            bd.b = dnnl::memory(tg->b, engine(), nullptr);
+            bd.c = dnnl::memory(tg->c, engine(), nullptr);
+            bd.args = {{DNNL_ARG_SRC, bd.a},
+                       {DNNL_ARG_WEIGHTS, bd.b},
+                       {DNNL_ARG_DST, bd.c},
+                       {DNNL_ARG_SCRATCHPAD, dnnl::memory(tg->scratch, engine(), scratch.p)}};
+          }
+    }
+    void run(int mi, int ni, int g, const void* A, const void* B, void* C) {
+      Bound& bd = bound[mi][ni][g];
+      bd.a.set_data_handle(const_cast<void*>(A));
+      bd.b.set_data_handle(const_cast<void*>(B));
+      bd.c.set_data_handle(C);
+      bd.gemm->prim.execute(stream, bd.args);
+    }
+    struct Bound {
+      const TileGemm* gemm = nullptr;
+      dnnl::memory a, b, c;
+      std::unordered_map<int, dnnl::memory> args;
+    };
+    Buffer S, P, acc, ml, scratch;
+    dnnl::stream stream;
+    Bound bound[2][2][2];
+  };
+
+  SdpaArgs a_;
+  bool avx512_;
+  int64_t QB_ = 0, KB_ = 0, nqb_ = 0;
+  size_t scratch_bytes_ = 0;
+  std::unique_ptr<TileGemm> gemms_[2][2][2];
+  cpu::SoftmaxRowFn row_fn_ = nullptr;
+  std::vector<std::unique_ptr<Workspace>> ws_;
+};
+
+bool rows_ok(const Tensor& t) {
+  return (t.dim(3) == 1 || t.strides()[3] == 1) && (t.dim(2) == 1 || t.strides()[2] >= t.dim(3));
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedKernel> ScaledDotProductAttention::prepare_cpu(
+    const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+  // Only what eager's automatic choice sends to sdpa_tiled without copies: f32, or bf16 where
+  // sdpa_amx declines (no AMX, head dims not multiples of 32); no mask, row layouts, non-empty,
+  // an ISA above scalar.
+  if (has_mask_ || cpu::attention_path() != cpu::AttentionPath::automatic) return nullptr;
+  if (cpu_isa() == CpuIsa::scalar) return nullptr;
+  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  if (!rows_ok(q) || !rows_ok(k) || !rows_ok(v)) return nullptr;
+  const bool bf16 = q.dtype() == DType::bf16;
+  if (!bf16 && q.dtype() != DType::f32) return nullptr;
+  if (bf16 && cpu_isa() >= CpuIsa::amx_bf16 && q.dim(3) % 32 == 0 && v.dim(3) % 32 == 0)
+    return nullptr;
+  SdpaArgs a;
+  a.bf16 = bf16;
+  a.B = q.dim(0), a.H = q.dim(1), a.Lq = q.dim(2), a.D = q.dim(3);
+  a.Hkv = k.dim(1), a.Lk = k.dim(2), a.Dv = v.dim(3);
+  for (int i = 0; i < 3; ++i)
+    a.qs[i] = q.strides()[i], a.ks[i] = k.strides()[i], a.vs[i] = v.strides()[i];
+  if (a.Lq == 1) a.qs[2] = a.D;
+  if (a.Lk == 1) a.ks[2] = a.D, a.vs[2] = a.Dv;
+  a.q = a.k = a.v = nullptr;
+  a.out = nullptr;
+  a.causal = causal_;
+  a.scale = float(scale_);
+  if (a.B * a.H * a.Lq == 0 || a.Dv == 0 || a.Lk == 0 || out[0].numel() == 0) return nullptr;
+  try {
+    return std::make_unique<PreparedSdpa>(a, cpu_isa() >= CpuIsa::avx512);
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+}  // namespace tessera

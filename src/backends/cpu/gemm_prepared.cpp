@@ -1,0 +1,166 @@
+// Linear prepared once for a compiled program (runtime/compile.cpp, decision 0010): the oneDNN
+// primitive, its memory objects, argument map and scratchpad are made at prepare time, so a run
+// only swaps data pointers in. Eager's run_gemm (gemm.cpp) builds a string key, three memory
+// descriptors, a packed-weight lookup and an argument map per call, which is most of a small
+// GEMM's cost. The primitive is created from the same descriptors, so the kernel and its results
+// are eager's; bf16 on AMX keeps eager's own tile kernel with the packed weight remembered.
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/onednn_util.h"
+#include "ops/linalg.h"
+#include "runtime/cpu_features.h"
+
+namespace tessera {
+namespace {
+
+// The weight's packed form per bound weight storage, so the packed-weight cache (string keys,
+// a lock) is asked once per weight: a regional program binds each layer's weight in turn.
+template <typename Packed>
+class WeightMemo {
+ public:
+  template <typename Make>
+  const Packed& get(const Tensor& w, Make&& make) {
+    const auto& s = w.impl()->storage;
+    for (Entry& e : entries_)
+      if (e.storage == s.get() && e.offset == w.offset() && !e.owner.expired()) return e.packed;
+    // Entries of released weights (offload) go at once, so no packed copy outlives its weight.
+    std::erase_if(entries_, [](const Entry& e) { return e.owner.expired(); });
+    if (entries_.size() >= 64) entries_.erase(entries_.begin());
+    entries_.push_back(Entry{s.get(), s, w.offset(), make()});
+    return entries_.back().packed;
+  }
+
+ private:
+  struct Entry {
+    const Storage* storage;
+    std::weak_ptr<Storage> owner;  // a dead storage's address may be reused
+    int64_t offset;
+    Packed packed;
+  };
+  std::vector<Entry> entries_;
+};
+
+// oneDNN path (f32; bf16 where AMX is off). Mirrors gemm.cpp's run_gemm for linear.
+class PreparedLinearOneDnn final : public PreparedKernel {
+ public:
+  static std::unique_ptr<PreparedKernel> make(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                              const Tensor& out) {
+    auto k = std::make_unique<PreparedLinearOneDnn>();
+    const Tensor b = w.transpose(0, 1);
+    try {
+      k->a_md_ = onednn::view_desc(x, "linear");
+      k->b_md_ = onednn::view_desc(b, "linear");
+      k->d_md_ = onednn::view_desc(out, "linear");
+      const dnnl::memory::desc w_md(dnnl::memory::dims(b.shape().begin(), b.shape().end()),
+                                    onednn::data_type(b.dtype(), "linear"),
+                                    dnnl::memory::format_tag::any);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::matmul::primitive_desc pd;
+      if (bias.defined()) {
+        const Shape bd{1, out.dim(1)};
+        k->bias_md_ = onednn::view_desc(bd, contiguous_strides(bd), bias.dtype(), "linear");
+        pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(k->a_md_, w_md, k->bias_md_, k->d_md_),
+                                          attr, onednn::engine());
+      } else {
+        pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(k->a_md_, w_md, k->d_md_), attr,
+                                          onednn::engine());
+      }
+      k->packed_md_ = pd.weights_desc();
+      k->pack_ = k->packed_md_ != k->b_md_;
+      k->prim_ = dnnl::matmul(pd);
+      const auto& eng = onednn::engine();
+      k->src_ = dnnl::memory(k->a_md_, eng, nullptr);
+      k->dst_ = dnnl::memory(k->d_md_, eng, nullptr);
+      if (!k->pack_) k->wmem_ = dnnl::memory(k->b_md_, eng, nullptr);
+      if (bias.defined()) k->bias_ = dnnl::memory(k->bias_md_, eng, nullptr);
+      k->scratch_ = dnnl::memory(pd.scratchpad_desc(), eng);
+    } catch (const dnnl::error&) {
+      return nullptr;  // no kernel for these operands: eval_cpu's fallback handles it
+    }
+    return k;
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    src_.set_data_handle(const_cast<void*>(x.raw_data()));
+    dst_.set_data_handle(out[0].raw_data());
+    dnnl::memory wm;
+    if (pack_) {
+      wm = memo_.get(w, [&] {
+        return onednn::packed_weights(w.transpose(0, 1), b_md_, packed_md_);
+      });
+    } else {
+      wmem_.set_data_handle(const_cast<void*>(w.raw_data()));
+      wm = wmem_;
+    }
+    std::unordered_map<int, dnnl::memory>& args = args_;
+    if (args.empty()) {
+      args = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}, {DNNL_ARG_SCRATCHPAD, scratch_}};
+      if (in.size() > 2) args[DNNL_ARG_BIAS] = bias_;
+    }
+    args[DNNL_ARG_WEIGHTS] = wm;
+    if (in.size() > 2) bias_.set_data_handle(const_cast<void*>(in[2].raw_data()));
+    onednn::sync_threads();
+    prim_.execute(onednn::stream(), args);
+    onednn::stream().wait();
+  }
+
+ private:
+  dnnl::memory::desc a_md_, b_md_, d_md_, bias_md_, packed_md_;
+  bool pack_ = false;
+  dnnl::matmul prim_;
+  dnnl::memory src_, dst_, wmem_, bias_, scratch_;
+  std::unordered_map<int, dnnl::memory> args_;
+  WeightMemo<dnnl::memory> memo_;
+};
+
+// bf16 on AMX: gemm.cpp's linear_amx with the packed weight and the f32 bias buffer kept.
+class PreparedLinearAmx final : public PreparedKernel {
+ public:
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    const bool has_bias = in.size() > 2;
+    if (has_bias) {
+      bias_.resize(size_t(in[2].numel()));
+      convert_elements(in[2].raw_data(), in[2].dtype(), bias_.data(), DType::f32, bias_.size());
+    }
+    const auto& packed = memo_.get(w, [&] { return amx_gemm::packed_weight(w); });
+    amx_gemm::Problem& p = problem_[0];
+    p.a = static_cast<const uint16_t*>(x.raw_data());
+    p.sam = x.strides()[0];
+    p.sak = x.strides()[1];
+    p.b_packed = packed.get();
+    p.bias = has_bias ? bias_.data() : nullptr;
+    p.c = static_cast<uint16_t*>(out[0].raw_data());
+    p.ldc = out[0].dim(1);
+    p.M = x.dim(0);
+    p.K = x.dim(1);
+    p.N = w.dim(0);
+    amx_gemm::gemm(problem_);
+  }
+
+ private:
+  std::vector<float> bias_;
+  std::vector<amx_gemm::Problem> problem_ = std::vector<amx_gemm::Problem>(1);
+  WeightMemo<std::shared_ptr<const uint16_t>> memo_;
+};
+
+}  // namespace
+
+std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& in,
+                                                    const std::vector<Tensor>& out) {
+  const Tensor& x = in[0];
+  if (out[0].numel() == 0 || x.dim(1) == 0) return nullptr;
+  // Must match gemm.cpp's use_amx: the same kernel as eager, so the same bits.
+  static const bool amx = cpu_isa() >= CpuIsa::amx_bf16;
+  if (amx && out[0].dtype() == DType::bf16 && amx_gemm::enabled() && x.dim(1) > 64)
+    return std::make_unique<PreparedLinearAmx>();
+  return PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
+}
+
+}  // namespace tessera

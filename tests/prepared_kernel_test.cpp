@@ -1,0 +1,122 @@
+// Prepared kernels (Primitive::prepare_cpu, used by compiled programs): each must compute
+// eval_cpu's exact bits for the views it was prepared for, on every run, with new storages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/attention.h"
+#include "ops/copy.h"
+#include "ops/linalg.h"
+#include "runtime/compile.h"
+#include "runtime/parallel.h"
+#include "runtime/random.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+Tensor rnd(const Shape& s, DType dt, uint64_t seed) {
+  Generator g(seed);
+  return randn(s, dt, g);
+}
+
+// Runs the prepared kernel twice on fresh inputs and compares with eval_cpu each time.
+void check_prepared(Primitive& p, const std::vector<std::vector<Tensor>>& runs,
+                    const std::vector<TensorSpec>& specs, const std::string& what) {
+  auto empty_outs = [&] {
+    std::vector<Tensor> o;
+    for (const auto& s : specs) o.push_back(Tensor::empty(s.shape, s.dtype));
+    return o;
+  };
+  std::vector<Tensor> proto = empty_outs();
+  auto kernel = p.prepare_cpu(runs[0], proto);
+  ASSERT_NE(kernel, nullptr) << what;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    std::vector<Tensor> ref = empty_outs(), got = empty_outs();
+    p.eval_cpu(runs[r], ref);
+    kernel->run(runs[r], got);
+    for (size_t q = 0; q < ref.size(); ++q)
+      EXPECT_TRUE(test::bit_equal(got[q], ref[q])) << what << " run " << r << " output " << q;
+  }
+}
+
+TEST(PreparedKernel, LinearMatchesEvalBitForBit) {
+  struct Case {
+    int64_t M, K, N;
+    bool bias;
+  };
+  // FLUX tiny shapes (width 32, MLP 128, single-block 160), a vector row, odd sizes, K > 64
+  // (the AMX kernel for bf16 on AMX CPUs) and K <= 64 (oneDNN).
+  const Case cases[] = {{80, 32, 96, true},  {320, 32, 128, true}, {320, 160, 32, true},
+                        {1, 256, 192, true}, {7, 33, 5, false},    {64, 64, 64, false},
+                        {130, 96, 70, true}};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const Case& c : cases) {
+      Linear op(c.bias);
+      std::vector<std::vector<Tensor>> runs;
+      // Two runs with other weights too (regional programs bind each layer's weights).
+      for (uint64_t s = 1; s <= 3; ++s) {
+        std::vector<Tensor> in{rnd({c.M, c.K}, dt, s), rnd({c.N, c.K}, dt, s + 10)};
+        if (c.bias) in.push_back(rnd({c.N}, dt, s + 20));
+        runs.push_back(in);
+      }
+      runs.push_back(runs[0]);  // the first weight again (the remembered packed form)
+      check_prepared(op, runs, {{{c.M, c.N}, dt}},
+                     std::string(dtype_name(dt)) + " linear " + std::to_string(c.M) + "x" +
+                         std::to_string(c.K) + "x" + std::to_string(c.N));
+    }
+  }
+}
+
+TEST(PreparedKernel, AttentionMatchesEvalBitForBit) {
+  struct Case {
+    int64_t B, H, Lq, Lk, D;
+    bool causal;
+  };
+  // FLUX tiny (2 heads x 16, 80 / 320 tokens: one and two query blocks), key tails, causal.
+  const Case cases[] = {{1, 2, 80, 80, 16, false},
+                        {1, 2, 320, 320, 16, false},
+                        {2, 3, 37, 600, 32, false},
+                        {1, 2, 300, 300, 16, true},
+                        {1, 1, 1, 5, 8, false}};
+  const int saved = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      for (const Case& c : cases) {
+        ScaledDotProductAttention op(c.causal, 1.0 / std::sqrt(double(c.D)), false);
+        std::vector<std::vector<Tensor>> runs;
+        for (uint64_t s = 1; s <= 2; ++s)
+          runs.push_back({rnd({c.B, c.H, c.Lq, c.D}, dt, s), rnd({c.B, c.H, c.Lk, c.D}, dt, s + 5),
+                          rnd({c.B, c.H, c.Lk, c.D}, dt, s + 9)});
+        // A permuted (B, L, H, D) layout read in place, as FLUX's attention passes it.
+        const Tensor qp = rnd({c.B, c.Lq, c.H, c.D}, dt, 3).permute({0, 2, 1, 3});
+        const Tensor kp = rnd({c.B, c.Lk, c.H, c.D}, dt, 4).permute({0, 2, 1, 3});
+        const Tensor vp = rnd({c.B, c.Lk, c.H, c.D}, dt, 6).permute({0, 2, 1, 3});
+        const std::string what = std::string(dtype_name(dt)) + " sdpa Lq " +
+                                 std::to_string(c.Lq) + " Lk " + std::to_string(c.Lk) +
+                                 (c.causal ? " causal" : "") + " threads " +
+                                 std::to_string(threads);
+        const std::vector<TensorSpec> specs{{{c.B, c.H, c.Lq, c.D}, dt}};
+        if (dt == DType::bf16 && c.D % 32 == 0) {
+          // The AMX kernel's case on AMX CPUs: eval_cpu runs it, nothing is prepared.
+          continue;
+        }
+        check_prepared(op, runs, specs, what);
+        check_prepared(op, {{qp, kp, vp}}, specs, what + " permuted");
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+TEST(PreparedKernel, PrimitivesWithoutAHookRunEval) {
+  // The default hook prepares nothing (the program calls eval_cpu).
+  ScaledDotProductAttention masked(false, 0.25, true);
+  const Tensor q = rnd({1, 1, 4, 8}, DType::f32, 1);
+  std::vector<Tensor> out{Tensor::empty({1, 1, 4, 8}, DType::f32)};
+  EXPECT_EQ(masked.prepare_cpu({q, q, q, Tensor::zeros({1, 1, 4, 4}, DType::f32)}, out), nullptr);
+}
+
+}  // namespace
+}  // namespace tessera
