@@ -12,11 +12,19 @@
 namespace tessera {
 namespace {
 
+// Per-chunk addresses without raw_data()'s checks and sync (a cost per row at small widths): each
+// eval calls ready() on its tensors first.
+void ready(const Tensor& x, const Tensor& o) {
+  x.raw_data();
+  o.raw_data();
+}
 const char* at(const Tensor& t, int64_t elem) {
-  return static_cast<const char*>(t.raw_data()) + elem * int64_t(dtype_size(t.dtype()));
+  return static_cast<const char*>(t.impl()->storage->data()) +
+         (t.offset() + elem) * int64_t(dtype_size(t.dtype()));
 }
 char* at_mut(const Tensor& t, int64_t elem) {
-  return static_cast<char*>(t.raw_data()) + elem * int64_t(dtype_size(t.dtype()));
+  return static_cast<char*>(t.impl()->storage->data()) +
+         (t.offset() + elem) * int64_t(dtype_size(t.dtype()));
 }
 
 std::vector<float> param_f32(const Tensor& p) {
@@ -52,6 +60,7 @@ int64_t row_grain(int64_t d) {
 void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
+  ready(x, o);
   const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
   const std::vector<float> b = param_f32(has_bias_ ? in[has_weight_ ? 2 : 1] : Tensor());
   const int64_t d = x.shape().back();
@@ -79,6 +88,7 @@ void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
 void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
+  ready(x, o);
   const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
   const DType wt = has_weight_ ? in[1].dtype() : DType::f32;
   const bool round_to_w =
@@ -115,6 +125,7 @@ void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
 void GroupNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
+  ready(x, o);
   const std::vector<float> w = param_f32(has_weight_ ? in[1] : Tensor());
   const std::vector<float> b = param_f32(has_bias_ ? in[has_weight_ ? 2 : 1] : Tensor());
   const int64_t n = x.shape()[0], ch = x.shape()[1];

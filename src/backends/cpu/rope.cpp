@@ -74,14 +74,16 @@ void ApplyRope::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
   char* dst = static_cast<char*>(out[0].raw_data());
   // ~8K elements per task, so the short head rows of small models do not fork threads.
   const int64_t grain = std::max<int64_t>(256, 8192 / std::max<int64_t>(D, 1));
+  const float* cos_base = cos.data<float>();  // once, not per row (data() checks and syncs)
+  const float* sin_base = sin.data<float>();
   parallel_for(rows, grain, [&](int64_t b, int64_t e) {
     const size_t nd = static_cast<size_t>(D);
     std::vector<float> xr(nd), o(nd), cr(nd), sr(nd);
     for (int64_t r = b; r < e; ++r) {
       const int64_t s_idx = (r / per_s) % S;
       const int64_t table_row = (batched ? (r / rows_per_batch) * S : 0) + s_idx;
-      const float* cp = cos.data<float>() + table_row * D;
-      const float* sp = sin.data<float>() + table_row * D;
+      const float* cp = cos_base + table_row * D;
+      const float* sp = sin_base + table_row * D;
       convert_elements(src + r * D * int64_t(es), dt, xr.data(), DType::f32, size_t(D));
       if (!round_each) {
         // torch's order: x * cos and rotated * sin rounded separately, then summed
