@@ -4,7 +4,7 @@
 //  * flux-deep: FLUX.1's depth (19 double + 38 single blocks) at a small width with random
 //    weights: trace+plan time of a full compile vs regional compile, and per-step time of each.
 // Run from the repo root: build/bench/compile_bench [--iters N] [--sizes 64,128,256]
-// [--deep-width 64] [--deep 0|1] [--dtype f32|bf16]
+// [--deep-width 64] [--deep 0|1] [--dtype f32|bf16] [--only eager|compile|regional]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +32,7 @@ struct Options {
   int64_t deep_width = 64;  // heads * head_dim of flux-deep (2 heads)
   DType dtype = DType::f32;
   bool deep = true;
+  std::string only;  // "eager", "compile" or "regional": time that mode alone (for profiling)
 };
 
 struct Timing {
@@ -64,14 +65,16 @@ void dispatch_bound(const Options& o) {
               "full_ms", "full_cpu", "region_ms", "region_cpu", "full_x", "region_x");
   for (int64_t size : o.sizes) {
     const FluxTransformerInputs in = bench::random_flux_inputs(m->config, size, size, 64, o.dtype);
-    m->reset_compile();
-    const Timing e = time_steps(*m, in, o.iters);
-    m->compile();
-    const Timing f = time_steps(*m, in, o.iters);
-    m->reset_compile();
-    m->compile_repeated_blocks();
-    const Timing r = time_steps(*m, in, o.iters);
-    m->reset_compile();
+    auto run = [&](const char* mode) {
+      if (!o.only.empty() && o.only != mode) return Timing{};
+      m->reset_compile();
+      if (std::strcmp(mode, "compile") == 0) m->compile();
+      if (std::strcmp(mode, "regional") == 0) m->compile_repeated_blocks();
+      const Timing t = time_steps(*m, in, o.iters);
+      m->reset_compile();
+      return t;
+    };
+    const Timing e = run("eager"), f = run("compile"), r = run("regional");
     std::printf("%6lld %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %8.2f %8.2f\n",
                 static_cast<long long>(size), e.wall_ms, e.cpu_ms, f.wall_ms, f.cpu_ms, r.wall_ms,
                 r.cpu_ms, e.wall_ms / f.wall_ms, e.wall_ms / r.wall_ms);
@@ -134,6 +137,8 @@ int main(int argc, char** argv) {
       o.iters = std::atoi(v.c_str());
     } else if (k == "--deep-width") {
       o.deep_width = std::atoll(v.c_str());
+    } else if (k == "--only") {
+      o.only = v;
     } else if (k == "--deep") {
       o.deep = v != "0";
     } else if (k == "--dtype") {
