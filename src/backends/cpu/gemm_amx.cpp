@@ -2,9 +2,10 @@
 // tiles (2 row tiles of A x 2 column tiles of B per 32-wide K step). B is packed once per weight;
 // each thread packs the rows of A it owns, a group of kMc 32-row blocks at a time, into
 // [block][K/32][32][32] and runs every column panel (kNc wide) of that group; within a panel,
-// K in chunks of kKc, so a chunk of A (16 KiB) stays in L1 across the panel and the B chunk
-// (256 KiB) in L2 across the group; partial sums wait in a per-thread fp32 buffer laid out as
-// tiles. Blocking measured on this machine's Xeon (docs/decisions/0002-gemm-library.md).
+// K in chunks of kKc, so a chunk of A (32 KiB) stays in L1 across the panel (B is read with
+// streaming tile loads so it does not evict it) and the B chunk (512 KiB) in L2 across the group;
+// partial sums wait in a per-thread fp32 buffer laid out as tiles, the next block's prefetched.
+// Blocking measured on this machine's Xeon (docs/decisions/0002-gemm-library.md).
 #include "backends/cpu/gemm_amx.h"
 
 #include <immintrin.h>
@@ -23,7 +24,7 @@ namespace tessera::amx_gemm {
 namespace {
 
 constexpr int64_t kMc = 16;   // row blocks (of 32) per group
-constexpr int64_t kKc = 256;  // K chunk
+constexpr int64_t kKc = 512;  // K chunk
 constexpr int64_t kNc = 512;  // panel width
 
 inline int64_t round_up(int64_t x, int64_t m) {
@@ -91,7 +92,8 @@ void store_block(const float* f, int64_t rows, int64_t cols, const float* bias, 
 // C block (four 16x16 fp32 tiles at cf, contiguous) += packed A chunk (kt_n steps of 32x32) x
 // packed B block. kTwoRows: the second 16-row tile is live (blocks of <= 16 rows skip it).
 template <bool kTwoRows>
-inline void block_32x32(const uint16_t* a, const uint16_t* b, int64_t kt_n, float* cf, bool first) {
+inline void block_32x32(const uint16_t* a, const uint16_t* b, int64_t kt_n, float* cf, bool first,
+                        bool prefetch_c = false) {
   if (first) {
     _tile_zero(0);
     _tile_zero(1);
@@ -110,10 +112,18 @@ inline void block_32x32(const uint16_t* a, const uint16_t* b, int64_t kt_n, floa
   for (int64_t kt = 0; kt < kt_n; ++kt) {
     const uint16_t* ap = a + kt * 1024;
     const uint16_t* bp = b + kt * 1024;
+    if (prefetch_c) {
+      // The next block's partial sums (4 KiB, in L2) into L1 while this block computes, so
+      // its tile loads do not wait on L2.
+      constexpr int kLines = 64 / (kKc / 32);
+      const char* q = reinterpret_cast<const char*>(cf + 1024) + kt * kLines * 64;
+      for (int l = 0; l < kLines; ++l) _mm_prefetch(q + l * 64, _MM_HINT_T0);
+    }
     _tile_loadd(4, ap, 64);
-    _tile_loadd(6, bp, 64);
+    // B is used once per visit: streaming loads keep it from evicting the A chunk from L1.
+    _tile_stream_loadd(6, bp, 64);
     _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, bp + 512, 64);
+    _tile_stream_loadd(7, bp + 512, 64);
     _tile_dpbf16ps(1, 4, 7);
     if (kTwoRows) {
       _tile_loadd(5, ap + 512, 64);
@@ -161,10 +171,11 @@ void run_range(const Problem& p, const uint16_t* a_packed, int64_t mb0, int64_t 
       float* cf = cf_all + (mb - mb0) * 32 * ldf;
       for (int64_t n = n0; n < n1; n += 32) {
         const uint16_t* b = p.b_packed + ((n / 32) * KT + kt0) * 1024;
+        const bool pf = kt_n == kKc / 32;  // prefetch never faults: past the last block is fine
         if (rows > 16)
-          block_32x32<true>(a, b, kt_n, cf + (n - n0) * 32, kt0 == 0);
+          block_32x32<true>(a, b, kt_n, cf + (n - n0) * 32, kt0 == 0, pf);
         else
-          block_32x32<false>(a, b, kt_n, cf + (n - n0) * 32, kt0 == 0);
+          block_32x32<false>(a, b, kt_n, cf + (n - n0) * 32, kt0 == 0, pf);
       }
     }
   }
