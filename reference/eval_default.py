@@ -50,6 +50,9 @@ def main():
     p.add_argument("--out", default="/tmp/tessera-shapes-eval")
     p.add_argument("--goldens", action="store_true")
     p.add_argument("--prompts", type=int, default=20)
+    p.add_argument("--seeds", type=int, default=len(SEEDS))
+    p.add_argument("--model", default=str(MODEL), help="a candidate folder instead of the "
+                   "bundled one (tessera then gets --model and the size/length flags)")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -62,12 +65,17 @@ def main():
     build = pathlib.Path(args.build).resolve()
     tessera = build / "tessera"
     judge = build / "tools" / "judge_shapes"
-    pipe = FluxPipeline.from_pretrained(MODEL, torch_dtype=torch.float32)
+    model = pathlib.Path(args.model).resolve()
+    bundled = model == MODEL.resolve()
+    extra = [] if bundled else [
+        "--model", str(model), "--height", str(train_default.SIZE), "--width",
+        str(train_default.SIZE), "--max-sequence-length", str(train_default.MAX_SEQ)]
+    pipe = FluxPipeline.from_pretrained(model, torch_dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     prompts = train_default.eval_prompts()[: args.prompts]
     rows, tessera_seconds, diffusers_seconds = [], [], []
     for pi, prompt in enumerate(prompts):
-        for seed in SEEDS:
+        for seed in SEEDS[: args.seeds]:
             name = f"p{pi:02d}_s{seed}.png"
             t0 = time.time()
             ref, img = diffusers_image(pipe, prompt, seed)
@@ -75,7 +83,7 @@ def main():
             img.save(out / "diffusers" / name)
             t0 = time.time()
             subprocess.run([str(tessera), "generate", "--prompt", prompt, "--seed", str(seed),
-                            "--output", str(out / "tessera" / name)], check=True,
+                            "--output", str(out / "tessera" / name)] + extra, check=True,
                            env=dict(os.environ, TESSERA_NUM_THREADS="1"),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             tessera_seconds.append(time.time() - t0)
@@ -90,7 +98,7 @@ def main():
             r = rows[-1]
             print(f"{prompt!r:50} seed {seed}: diff {diff}/255 colour {r['colour_ok']} "
                   f"shape {r['shape_ok']} count {r['count_ok']} saw {r['seen']}", flush=True)
-            if args.goldens and (pi, seed) in GOLDEN_CASES:
+            if args.goldens and bundled and (pi, seed) in GOLDEN_CASES:
                 GOLDENS.mkdir(parents=True, exist_ok=True)
                 img.save(GOLDENS / f"p{pi:02d}_s{seed}.png")
     n = len(rows)
@@ -106,7 +114,7 @@ def main():
         "rows": rows,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if args.goldens:
+    if args.goldens and bundled:
         cases = [{"prompt": prompts[pi], "seed": s, "image": f"p{pi:02d}_s{s}.png"}
                  for pi, s in GOLDEN_CASES if pi < len(prompts)]
         (GOLDENS / "cases.json").write_text(json.dumps(cases, indent=2) + "\n")
