@@ -49,6 +49,8 @@ void expect_modes_agree(const std::function<Tensor()>& f) {
   const Tensor ref = clone(f());
   const Tensor defer = run_in(EagerMode::DeferAndFuse, f);
   EXPECT_TRUE(test::bit_equal(defer, ref)) << "deferred and fused";
+  const Tensor replayed = run_in(EagerMode::DeferAndFuse, f);  // cached segments, replayed
+  EXPECT_TRUE(test::bit_equal(replayed, ref)) << "deferred and fused, second run";
   set_fusion_enabled(false);
   const Tensor nofuse = run_in(EagerMode::DeferAndFuse, f);
   set_fusion_enabled(true);
@@ -237,6 +239,121 @@ TEST_F(Modes, DeadFusedChainIsSkipped) {
   EXPECT_EQ(last_segment_report().kernels, 1);
   set_eager_mode(EagerMode::DeferNever);
   EXPECT_TRUE(test::bit_equal(kept, x - 1.0));
+}
+
+TEST_F(Modes, CachedSegmentIsReplayedWithoutRecording) {
+  set_repeat_heuristic(false);
+  clear_segment_cache();
+  const Tensor x = rnd({3, 40}, DType::f32, 30), b = rnd({40}, DType::f32, 31);
+  auto step = [&] { return silu(x * 1.5 + b) - x; };
+  set_eager_mode(EagerMode::DeferNever);
+  const Tensor ref = step();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  reset_mode_stats();
+  for (int i = 0; i < 4; ++i) {
+    const Tensor y = step();
+    synchronize();
+    EXPECT_TRUE(test::bit_equal(y, ref)) << "run " << i;
+    EXPECT_EQ(last_segment_report().replayed, i > 0) << "run " << i;
+    EXPECT_EQ(last_segment_report().fused_kernels, 1);
+  }
+  const ModeStats s = mode_stats();
+  EXPECT_EQ(s.compiles, 1);
+  EXPECT_EQ(s.cache_hits, 3);
+  set_repeat_heuristic(true);
+}
+
+TEST_F(Modes, ReplayMismatchFallsBackToRecording) {
+  set_repeat_heuristic(false);
+  clear_segment_cache();
+  const Tensor x = rnd({3, 40}, DType::f32, 32), b = rnd({40}, DType::f32, 33),
+               x2 = rnd({2, 40}, DType::f32, 34);
+  using Fn = std::function<Tensor()>;
+  const Fn base = [&] { return tanh(x * 1.5 + b) - x; };
+  const std::vector<Fn> variants = {
+      [&] { return sigmoid(x * 1.5 + b) - x; },       // another op in the middle
+      [&] { return tanh(x * 2.5 + b) - x; },          // another attribute
+      [&] { return tanh(x2 * 1.5 + b) - x2; },        // other shapes
+      [&] { return tanh(x * 1.5 + x) - x; },          // another edge
+      [&] { return (tanh(x * 1.5 + b) - x) * 3.0; },  // longer
+      [&] { return tanh(x * 1.5 + b); },              // shorter
+      [&] { return tanh(x.transpose(0, 1).transpose(0, 1) * 1.5 + b) - x; },
+  };
+  for (size_t k = 0; k < variants.size(); ++k) {
+    set_eager_mode(EagerMode::DeferNever);
+    const Tensor ref = variants[k]();
+    set_eager_mode(EagerMode::DeferAndFuse);
+    for (int i = 0; i < 2; ++i) {  // the base segment is cached and predicted next
+      base();
+      synchronize();
+    }
+    const Tensor y = variants[k]();
+    synchronize();
+    EXPECT_FALSE(last_segment_report().replayed) << "variant " << k;
+    EXPECT_TRUE(test::bit_equal(y, ref)) << "variant " << k;
+  }
+  set_repeat_heuristic(true);
+}
+
+TEST_F(Modes, ReplayHonoursWhatTheUserHolds) {
+  set_repeat_heuristic(false);
+  clear_segment_cache();
+  const Tensor x = rnd({4, 24}, DType::f32, 35), b = rnd({24}, DType::f32, 36);
+  set_eager_mode(EagerMode::DeferNever);
+  const Tensor ref_mid = x * 0.5 + b, ref = exp(ref_mid) - x;
+  set_eager_mode(EagerMode::DeferAndFuse);
+  for (int i = 0; i < 2; ++i) {
+    const Tensor y = exp(x * 0.5 + b) - x;
+    synchronize();
+    EXPECT_TRUE(test::bit_equal(y, ref));
+  }
+  EXPECT_TRUE(last_segment_report().replayed);
+  for (int i = 0; i < 3; ++i) {  // now an intermediate is held too: another fingerprint
+    const Tensor mid = x * 0.5 + b;
+    const Tensor y = exp(mid) - x;
+    synchronize();
+    EXPECT_EQ(last_segment_report().replayed, i > 0) << "run " << i;
+    EXPECT_TRUE(test::bit_equal(mid, ref_mid)) << "run " << i;
+    EXPECT_TRUE(test::bit_equal(y, ref)) << "run " << i;
+  }
+  set_repeat_heuristic(true);
+}
+
+TEST_F(Modes, ReplayedSegmentErrorNamesTheOp) {
+  set_repeat_heuristic(false);
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const Tensor x = rnd({8}, DType::f32, 37);
+  for (int i = 0; i < 3; ++i) {
+    const Tensor y = dispatch1(std::make_shared<Boom>(), {x * 2.0}, {x.shape(), x.dtype()});
+    try {
+      y.to_floats();
+      FAIL() << "expected the kernel's error at the read, run " << i;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(y.to_floats(), Error);
+  }
+  EXPECT_EQ((x + 1.0).to_floats().size(), 8u);
+  set_repeat_heuristic(true);
+}
+
+TEST_F(Modes, ReplayOffMatchesReplayOn) {
+  const Tensor x0 = rnd({2, 32}, DType::f32, 38), b = rnd({32}, DType::f32, 39);
+  auto run = [&] {
+    Tensor y = x0;
+    for (int i = 0; i < 9; ++i) y = tanh(y * 0.9 + b) + sigmoid(y);
+    return clone(y);
+  };
+  set_eager_mode(EagerMode::DeferNever);
+  const Tensor ref = run();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  set_segment_replay(false);
+  const Tensor off = run();
+  set_segment_replay(true);
+  const Tensor on1 = run(), on2 = run();
+  EXPECT_TRUE(test::bit_equal(off, ref));
+  EXPECT_TRUE(test::bit_equal(on1, ref));
+  EXPECT_TRUE(test::bit_equal(on2, ref));
 }
 
 TEST_F(Modes, StatsJson) {

@@ -37,6 +37,7 @@ struct SegmentReport {
   int64_t fused_ops = 0;      // ops folded into fused kernels
   int64_t allocations = 0;    // output buffers allocated by the plan
   bool cache_hit = false;
+  bool replayed = false;  // recorded by guarded replay of the cached segment (no nodes built)
 };
 SegmentReport last_segment_report();
 
@@ -46,6 +47,10 @@ void set_defer_node_limit(int64_t n);
 void set_repeat_heuristic(bool on);
 // Fusion on/off (TESSERA_DEFER_NO_FUSE=1 turns it off), to bisect numerical differences.
 void set_fusion_enabled(bool on);
+// Guarded replay of cached segments (TESSERA_DEFER_NO_REPLAY=1 turns it off): once a segment was
+// planned, the ops of the segment predicted to come next are checked against it as they arrive
+// and recorded without building nodes; a mismatch falls back to normal recording.
+void set_segment_replay(bool on);
 void clear_segment_cache();
 
 }  // namespace tessera
