@@ -59,6 +59,23 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
     dts[k] = t.dtype();
     ess[k] = dtype_size(t.dtype());
   }
+  // Per operand: every row reads the same elements (a broadcast row vector: fill its buffer once
+  // per call), or rows are contiguous one after another (load a chunk's rows as one run).
+  std::vector<char> same_rows(nin, 0), run_rows(nin, 0);
+  for (size_t k = 0; k < nin; ++k) {
+    if (!used[k] || nd == 0) continue;
+    bool same = true, run = st[k][nd - 1] == 1;
+    int64_t inner_rows = d;
+    for (int64_t j = nd - 2; j >= 0; --j) {
+      if (shape[j] > 1) {
+        same = same && st[k][j] == 0;
+        run = run && st[k][j] == inner_rows;
+      }
+      inner_rows *= shape[j];
+    }
+    same_rows[k] = same;
+    run_rows[k] = run;
+  }
   std::vector<char*> obase(out.size());
   for (size_t q = 0; q < out.size(); ++q) obase[q] = static_cast<char*>(out[q].raw_data());
 
@@ -76,6 +93,7 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
     std::vector<const float*> lp(nin);
     std::vector<int64_t> ls(nin);
     std::vector<char> loaded(nin);
+    std::vector<int64_t> filled(nin, -1);  // same-row operands: the chunk start c0 buffered
     // Offset (elements) of row r of input k.
     auto row_offset = [&](size_t k, int64_t r) {
       int64_t off = 0, rem = r;
@@ -122,11 +140,24 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
               const int64_t m = nr > 1 ? d : n;  // elements per row segment
               // Rows of this chunk: one contiguous run, all the same, or gathered row by row.
               bool same = true, run = inner == 1;
-              for (int64_t i = 1; i < nr && (same || run); ++i) {
-                const int64_t off = row_offset(k, r + i);
-                same = same && off == roff[k];
-                run = run && off == roff[k] + i * d;
+              if (nr > 1 && same_rows[k]) {
+                run = false;
+                if (inner == 1 && nr == rpc && filled[k] == c0) {
+                  *p = lp[k] = buf;  // the same rows as the last full chunk: still buffered
+                  *s = ls[k] = 1;
+                  loaded[k] = 1;
+                  return;
+                }
+              } else if (nr > 1 && run_rows[k]) {
+                same = false;
+              } else {
+                for (int64_t i = 1; i < nr && (same || run); ++i) {
+                  const int64_t off = row_offset(k, r + i);
+                  same = same && off == roff[k];
+                  run = run && off == roff[k] + i * d;
+                }
               }
+              filled[k] = -1;
               const char* src = base[k] + (roff[k] + c0 * inner) * es;
               if (inner == 0 && same) {
                 lp[k] = ew_load(src, dt, 1, buf);
@@ -153,6 +184,7 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
                 }
                 lp[k] = buf;
                 ls[k] = 1;
+                if (same && inner == 1 && nr == rpc && nr > 1) filled[k] = c0;
               }
               loaded[k] = 1;
             }
