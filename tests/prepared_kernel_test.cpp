@@ -6,7 +6,10 @@
 
 #include "ops/attention.h"
 #include "ops/copy.h"
+#include "ops/elementwise.h"
 #include "ops/linalg.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
 #include "runtime/compile.h"
 #include "runtime/parallel.h"
 #include "runtime/random.h"
@@ -76,7 +79,7 @@ TEST(PreparedKernel, AttentionMatchesEvalBitForBit) {
   // FLUX tiny (2 heads x 16, 80 / 320 tokens: one and two query blocks), key tails, causal.
   const Case cases[] = {{1, 2, 80, 80, 16, false},
                         {1, 2, 320, 320, 16, false},
-                        {2, 3, 37, 600, 32, false},
+                        {2, 3, 37, 600, 48, false},
                         {1, 2, 300, 300, 16, true},
                         {1, 1, 1, 5, 8, false}};
   const int saved = num_threads();
@@ -98,16 +101,60 @@ TEST(PreparedKernel, AttentionMatchesEvalBitForBit) {
                                  (c.causal ? " causal" : "") + " threads " +
                                  std::to_string(threads);
         const std::vector<TensorSpec> specs{{{c.B, c.H, c.Lq, c.D}, dt}};
-        if (dt == DType::bf16 && c.D % 32 == 0) {
-          // The AMX kernel's case on AMX CPUs: eval_cpu runs it, nothing is prepared.
-          continue;
-        }
+        if (c.D % 32 == 0) continue;  // AMX CPUs: eval_cpu runs the AMX kernels, none prepared
         check_prepared(op, runs, specs, what);
         check_prepared(op, {{qp, kp, vp}}, specs, what + " permuted");
       }
     }
   }
   set_num_threads(saved);
+}
+
+TEST(PreparedKernel, RmsNormMatchesEvalBitForBit) {
+  for (RmsNormStyle style : {RmsNormStyle::diffusers, RmsNormStyle::llama}) {
+    for (bool weight : {true, false}) {
+      for (int64_t d : {16, 128, 100, 2048}) {
+        RmsNorm op(1e-6, style, weight);
+        std::vector<std::vector<Tensor>> runs;
+        for (uint64_t s = 1; s <= 2; ++s) {
+          std::vector<Tensor> in{rnd({2, 37, d}, DType::f32, s) * 3.0};
+          if (weight) in.push_back(rnd({d}, DType::f32, s + 4));
+          runs.push_back(in);
+        }
+        check_prepared(op, runs, {{{2, 37, d}, DType::f32}},
+                       "rms_norm d " + std::to_string(d) + (weight ? " weight" : "") +
+                           (style == RmsNormStyle::llama ? " llama" : ""));
+      }
+    }
+  }
+  // Not prepared (eval_cpu runs): bf16, rows wider than a chunk.
+  RmsNorm op(1e-6, RmsNormStyle::diffusers, false);
+  std::vector<Tensor> out{Tensor::empty({2, 4096}, DType::f32)};
+  EXPECT_EQ(op.prepare_cpu({rnd({2, 4096}, DType::f32, 1)}, out), nullptr);
+  std::vector<Tensor> out16{Tensor::empty({2, 16}, DType::bf16)};
+  EXPECT_EQ(op.prepare_cpu({rnd({2, 16}, DType::bf16, 1)}, out16), nullptr);
+}
+
+TEST(PreparedKernel, RopeMatchesEvalBitForBit) {
+  for (RopeLayout layout : {RopeLayout::interleaved, RopeLayout::split_halves}) {
+    for (bool batched : {false, true}) {
+      // FLUX: x (B, S, H, D) with sequence_dim 1; tables (S, D) or (B, S, D).
+      ApplyRope op(layout, RopeMath::fp32, 1);
+      const Shape tab = batched ? Shape{2, 40, 16} : Shape{40, 16};
+      std::vector<std::vector<Tensor>> runs;
+      for (uint64_t s = 1; s <= 2; ++s)
+        runs.push_back({rnd({2, 40, 3, 16}, DType::f32, s), rnd(tab, DType::f32, s + 3),
+                        rnd(tab, DType::f32, s + 6)});
+      check_prepared(op, runs, {{{2, 40, 3, 16}, DType::f32}},
+                     std::string("rope") + (batched ? " batched" : "") +
+                         (layout == RopeLayout::interleaved ? " interleaved" : " halves"));
+    }
+  }
+  ApplyRope seq2(RopeLayout::interleaved, RopeMath::input_dtype, 2);  // (B, H, S, D)
+  check_prepared(seq2,
+                 {{rnd({1, 2, 24, 8}, DType::f32, 1), rnd({24, 8}, DType::f32, 2),
+                   rnd({24, 8}, DType::f32, 3)}},
+                 {{{1, 2, 24, 8}, DType::f32}}, "rope sequence_dim 2");
 }
 
 TEST(PreparedKernel, PrimitivesWithoutAHookRunEval) {

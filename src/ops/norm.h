@@ -36,6 +36,8 @@ class RmsNorm final : public Primitive {
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
 
  private:
   double eps_;

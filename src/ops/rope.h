@@ -41,6 +41,8 @@ class ApplyRope final : public Primitive {
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& other) const override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
 
  private:
   RopeLayout layout_;

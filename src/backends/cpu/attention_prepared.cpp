@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/gemm_small.h"
 #include "ops/attention.h"
 #include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
@@ -94,6 +95,14 @@ class PreparedSdpa final : public PreparedKernel {
             make_gemm(a.bf16, ms[i], a.Dv, ns[j], KB_, a.vs[2], a.Dv, false, true));
         scratch_bytes_ = std::max({scratch_bytes_, qk->scratch.get_size(), pv->scratch.get_size()});
       }
+    small_ = !a.bf16 && avx512 && a.D * KB_ <= (int64_t(1) << 16);
+    // oneDNN picks its kernel by shape and strides (a permuted K with another row stride can
+    // sum in another order): keep the small kernel only if every tile shape gives its bits.
+    for (int i = 0; i < 2 && small_; ++i)
+      for (int j = 0; j < 2 && small_; ++j)
+        if (gemms_[i][j][0])
+          small_ = probe(*gemms_[i][j][0], true, ms[i], ns[j]) &&
+                   probe(*gemms_[i][j][1], false, ms[i], ns[j]);
     row_fn_ = cpu_isa() >= CpuIsa::avx512_bf16 ? cpu::softmax_row_avx512bf16
               : avx512                         ? cpu::softmax_row_avx512
                                                : cpu::softmax_row_scalar;
@@ -130,7 +139,10 @@ class PreparedSdpa final : public PreparedKernel {
         for (int64_t k0 = 0; k0 < kend; k0 += KB_) {
           const int64_t kn = std::min(KB_, a.Lk - k0);
           const int mi = qn == QB_ ? 0 : 1, ni = kn == KB_ ? 0 : 1;
-          w->run(mi, ni, 0, a.qrow(b, h, q0), a.krow(b, hk, k0), w->S.p);
+          if (small_)
+            qk_small(*w, a, a.qrow(b, h, q0), a.krow(b, hk, k0), qn, kn);
+          else
+            w->run(mi, ni, 0, a.qrow(b, h, q0), a.krow(b, hk, k0), w->S.p);
           for (int64_t r = 0; r < qn; ++r) {
             const int64_t i = q0 + r;
             const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
@@ -144,7 +156,10 @@ class PreparedSdpa final : public PreparedKernel {
                 for (int64_t d = 0; d < a.Dv; ++d) row[d] *= alpha;
             }
           }
-          w->run(mi, ni, 1, w->P.p, a.vrow(b, hk, k0), w->acc.p);
+          if (small_)
+            pv_small(*w, a, a.vrow(b, hk, k0), qn, kn);
+          else
+            w->run(mi, ni, 1, w->P.p, a.vrow(b, hk, k0), w->acc.p);
         }
         for (int64_t r = 0; r < qn; ++r) {
           const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;
@@ -167,6 +182,87 @@ class PreparedSdpa final : public PreparedKernel {
   }
 
  private:
+  struct Workspace;
+  // One tile product on random data through oneDNN and through qk_small / pv_small: equal bits?
+  bool probe(const TileGemm& tg, bool qk, int64_t qn, int64_t kn) const {
+    const SdpaArgs& a = a_;
+    uint32_t state = 12345;
+    auto fill = [&](std::vector<float>& v) {
+      for (float& x : v) {
+        state = state * 1664525u + 1013904223u;
+        x = float(int32_t(state >> 8) - (1 << 23)) / float(1 << 23);
+      }
+    };
+    Workspace w(*this);
+    std::vector<float> A, B, C;
+    if (qk) {
+      A.resize(size_t(qn * a.qs[2] + a.D));
+      B.resize(size_t(kn * a.ks[2] + a.D));
+      C.assign(size_t(qn * KB_), 0.f);
+    } else {
+      A.resize(size_t(qn * KB_));
+      B.resize(size_t(kn * a.vs[2] + a.Dv));
+      C.resize(size_t(qn * a.Dv));
+    }
+    fill(A);
+    fill(B);
+    fill(C);
+    std::vector<float> C2 = C;
+    dnnl::memory ma(tg.a, engine(), A.data()), mb(tg.b, engine(), B.data()),
+        mc(tg.c, engine(), C.data()), msp(tg.scratch, engine(), w.scratch.p);
+    tg.prim.execute(w.stream, {{DNNL_ARG_SRC, ma},
+                               {DNNL_ARG_WEIGHTS, mb},
+                               {DNNL_ARG_DST, mc},
+                               {DNNL_ARG_SCRATCHPAD, msp}});
+    w.stream.wait();
+    if (qk) {
+      qk_small(w, a, reinterpret_cast<const char*>(A.data()),
+               reinterpret_cast<const char*>(B.data()), qn, kn);
+      for (int64_t r = 0; r < qn; ++r)
+        if (std::memcmp(C.data() + r * KB_, w.S.as<float>() + r * KB_, size_t(kn) * 4)) return false;
+      return true;
+    }
+    std::memcpy(w.P.p, A.data(), A.size() * 4);
+    std::memcpy(w.acc.p, C2.data(), C2.size() * 4);
+    pv_small(w, a, reinterpret_cast<const char*>(B.data()), qn, kn);
+    return std::memcmp(C.data(), w.acc.p, C.size() * 4) == 0;
+  }
+  // f32 on AVX-512: the tile products on gemm_small.h's kernel (oneDNN's order, so its bits).
+  // S[qn, kn] = Q rows x K rows^T, through K's tile transposed into rows of keys.
+  void qk_small(Workspace& w, const SdpaArgs& a, const char* q, const char* k, int64_t qn,
+                int64_t kn) const {
+    const float* kp = reinterpret_cast<const float*>(k);
+    float* kt = w.KT.as<float>();
+    for (int64_t j = 0; j < kn; ++j)
+      for (int64_t d = 0; d < a.D; ++d) kt[d * KB_ + j] = kp[j * a.ks[2] + d];
+    cpu::SmallGemm g;
+    g.a = reinterpret_cast<const float*>(q);
+    g.lda = a.qs[2];
+    g.b = kt;
+    g.ldb = KB_;
+    g.c = w.S.as<float>();
+    g.ldc = KB_;
+    g.M = qn;
+    g.N = kn;
+    g.K = a.D;
+    cpu::small_gemm_f32_avx512(g, 0, qn);
+  }
+  // acc[qn, Dv] += P[qn, kn] x V rows.
+  void pv_small(Workspace& w, const SdpaArgs& a, const char* v, int64_t qn, int64_t kn) const {
+    cpu::SmallGemm g;
+    g.a = w.P.as<float>();
+    g.lda = KB_;
+    g.b = reinterpret_cast<const float*>(v);
+    g.ldb = a.vs[2];
+    g.accumulate = true;
+    g.c = w.acc.as<float>();
+    g.ldc = a.Dv;
+    g.M = qn;
+    g.N = a.Dv;
+    g.K = kn;
+    cpu::small_gemm_f32_avx512(g, 0, qn);
+  }
+
   // Per-thread tile buffers, stream and bound memory objects for every tile GEMM.
   struct Workspace {
     explicit Workspace(const PreparedSdpa& s)
@@ -175,6 +271,7 @@ class PreparedSdpa final : public PreparedKernel {
           acc(size_t(s.QB_ * s.a_.Dv) * 4),
           ml(size_t(s.QB_) * 8),
           scratch(std::max<size_t>(s.scratch_bytes_, 64)),
+          KT(s.small_ ? size_t(s.a_.D * s.KB_) * 4 : 64),
           stream(engine()) {
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 2; ++j)
@@ -204,7 +301,7 @@ class PreparedSdpa final : public PreparedKernel {
       dnnl::memory a, b, c;
       std::unordered_map<int, dnnl::memory> args;
     };
-    Buffer S, P, acc, ml, scratch;
+    Buffer S, P, acc, ml, scratch, KT;
     dnnl::stream stream;
     Bound bound[2][2][2];
   };
@@ -215,6 +312,7 @@ class PreparedSdpa final : public PreparedKernel {
   size_t scratch_bytes_ = 0;
   std::unique_ptr<TileGemm> gemms_[2][2][2];
   cpu::SoftmaxRowFn row_fn_ = nullptr;
+  bool small_ = false;
   std::vector<std::unique_ptr<Workspace>> ws_;
 };
 
@@ -226,17 +324,17 @@ bool rows_ok(const Tensor& t) {
 
 std::unique_ptr<PreparedKernel> ScaledDotProductAttention::prepare_cpu(
     const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
-  // Only what eager's automatic choice sends to sdpa_tiled without copies: f32, or bf16 where
-  // sdpa_amx declines (no AMX, head dims not multiples of 32); no mask, row layouts, non-empty,
-  // an ISA above scalar.
+  // Only what eager's automatic choice sends to sdpa_tiled without copies: f32 or bf16 where
+  // sdpa_amx / sdpa_amx_f32 decline (no AMX, head dims not multiples of 32); no mask, row layouts,
+  // non-empty, an ISA above scalar.
   if (has_mask_ || cpu::attention_path() != cpu::AttentionPath::automatic) return nullptr;
   if (cpu_isa() == CpuIsa::scalar) return nullptr;
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   if (!rows_ok(q) || !rows_ok(k) || !rows_ok(v)) return nullptr;
   const bool bf16 = q.dtype() == DType::bf16;
   if (!bf16 && q.dtype() != DType::f32) return nullptr;
-  if (bf16 && cpu_isa() >= CpuIsa::amx_bf16 && q.dim(3) % 32 == 0 && v.dim(3) % 32 == 0)
-    return nullptr;
+  if (cpu_isa() >= CpuIsa::amx_bf16 && q.dim(3) % 32 == 0 && v.dim(3) % 32 == 0)
+    return nullptr;  // eager runs the AMX kernels (bf16, split f32)
   SdpaArgs a;
   a.bf16 = bf16;
   a.B = q.dim(0), a.H = q.dim(1), a.Lq = q.dim(2), a.D = q.dim(3);

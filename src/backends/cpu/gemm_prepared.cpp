@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/linalg.h"
 #include "runtime/cpu_features.h"
+#include "runtime/parallel.h"
+#include "runtime/random.h"
 
 namespace tessera {
 namespace {
@@ -150,6 +153,47 @@ class PreparedLinearAmx final : public PreparedKernel {
   WeightMemo<std::shared_ptr<const uint16_t>> memo_;
 };
 
+// Small f32 products (the dispatch-bound models' layers) on our AVX-512 kernel, which computes
+// oneDNN's bits for them (gemm_small.h) without a library call: the weight transposed once per
+// bound weight into rows of N, the rows split over threads only when there is enough work.
+class PreparedLinearSmall final : public PreparedKernel {
+ public:
+  static constexpr int64_t kMaxMacs = int64_t(1) << 22, kMaxWeight = int64_t(1) << 18;
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
+    const Tensor& wt = memo_.get(w, [&] {
+      Tensor t = Tensor::empty({K, N}, DType::f32);
+      const float* src = static_cast<const float*>(w.raw_data());
+      float* dst = static_cast<float*>(t.raw_data());
+      const int64_t s0 = w.strides()[0], s1 = w.strides()[1];
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) dst[k * N + n] = src[n * s0 + k * s1];
+      return t;
+    });
+    cpu::SmallGemm g;
+    g.a = static_cast<const float*>(x.raw_data());
+    g.lda = K == 1 ? 1 : x.strides()[0];
+    g.b = static_cast<const float*>(wt.raw_data());
+    g.ldb = N;
+    g.bias = in.size() > 2 ? static_cast<const float*>(in[2].raw_data()) : nullptr;
+    g.c = static_cast<float*>(out[0].raw_data());
+    g.ldc = N;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    const int64_t blocks = (M + 3) / 4;
+    const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(4 * N * K, 1));
+    parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+      cpu::small_gemm_f32_avx512(g, b0 * 4, std::min(M, b1 * 4));
+    });
+  }
+
+ private:
+  WeightMemo<Tensor> memo_;
+};
+
 }  // namespace
 
 std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& in,
@@ -160,7 +204,25 @@ std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& i
   static const bool amx = cpu_isa() >= CpuIsa::amx_bf16;
   if (amx && out[0].dtype() == DType::bf16 && amx_gemm::enabled() && x.dim(1) > 64)
     return std::make_unique<PreparedLinearAmx>();
-  return PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
+  const int64_t M = x.dim(0), K = x.dim(1), N = in[1].dim(0);
+  auto onednn = PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
+  static const bool avx512 = cpu_isa() >= CpuIsa::avx512;
+  if (!onednn || !avx512 || out[0].dtype() != DType::f32 || x.dtype() != DType::f32 ||
+      !x.is_contiguous() || !out[0].is_contiguous() || M * N * K > PreparedLinearSmall::kMaxMacs ||
+      N * K > PreparedLinearSmall::kMaxWeight)
+    return onednn;
+  // The small kernel reproduces oneDNN's order for the shapes measured, but the library picks
+  // its kernel by shape: probe this shape once on random data and keep oneDNN unless the bits
+  // agree.
+  auto small = std::make_unique<PreparedLinearSmall>();
+  Generator g(0x5eed);
+  std::vector<Tensor> probe{randn({M, K}, DType::f32, g), randn({N, K}, DType::f32, g)};
+  if (has_bias_) probe.push_back(randn({N}, DType::f32, g));
+  std::vector<Tensor> ref{Tensor::empty({M, N}, DType::f32)}, got{Tensor::empty({M, N}, DType::f32)};
+  onednn->run(probe, ref);
+  small->run(probe, got);
+  if (std::memcmp(ref[0].raw_data(), got[0].raw_data(), size_t(M * N) * 4) != 0) return onednn;
+  return small;
 }
 
 }  // namespace tessera

@@ -1,0 +1,26 @@
+// Small f32 GEMMs on AVX-512 for compiled programs (gemm_small_avx512.cpp): C[m, n] = sum over k
+// of A(m, k) * B(k, n), each output a single fused multiply-add chain in k order from zero, then
+// + bias[n] or + the old C. That is the order oneDNN's f32 matmul kernels use for these shapes
+// (checked bit for bit by tests/prepared_kernel_test.cpp), so prepared kernels may take this
+// path without a library call per product. Only call when cpu_isa() >= CpuIsa::avx512.
+#pragma once
+#include <cstdint>
+
+namespace tessera::cpu {
+
+struct SmallGemm {
+  const float* a = nullptr;  // A(m, k) = a[m * lda + k]
+  int64_t lda = 0;
+  const float* b = nullptr;  // B(k, n) = b[k * ldb + n] (rows of N)
+  int64_t ldb = 0;
+  const float* bias = nullptr;  // N floats, or null
+  bool accumulate = false;      // C += product (after the chain), instead of C = product
+  float* c = nullptr;           // C(m, n) = c[m * ldc + n]
+  int64_t ldc = 0;
+  int64_t M = 0, N = 0, K = 0;
+};
+
+// Rows [m0, m1) of the product, on the calling thread.
+void small_gemm_f32_avx512(const SmallGemm& g, int64_t m0, int64_t m1);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,77 @@
+// Small f32 GEMM on AVX-512 (gemm_small.h): 4 rows x up to 4 vectors of 16 columns per block,
+// each accumulator one k-ordered FMA chain starting from zero (no k splitting, no reassociation).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "backends/cpu/gemm_small.h"
+
+namespace tessera::cpu {
+namespace {
+
+template <int R, int V>
+inline void block(const SmallGemm& g, int64_t m, int64_t n, __mmask16 tail) {
+  // Locals, so the accumulators stay in registers (no aliasing with g's fields).
+  const int64_t K = g.K, lda = g.lda, ldb = g.ldb;
+  const float* __restrict a = g.a + m * lda;
+  const float* __restrict bp = g.b + n;
+  __mmask16 mk[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) mk[v] = v == V - 1 ? tail : __mmask16(0xffff);
+  __m512 acc[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 bv[V];
+    const float* b = bp + k * ldb;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mk[v], b + 16 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* c = g.c + (m + r) * g.ldc + n;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      __m512 x = acc[r][v];
+      if (g.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], g.bias + n + 16 * v));
+      if (g.accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], c + 16 * v));
+      _mm512_mask_storeu_ps(c + 16 * v, mk[v], x);
+    }
+  }
+}
+
+template <int R>
+void rows(const SmallGemm& g, int64_t m) {
+  for (int64_t n = 0; n < g.N; n += 64) {
+    const int64_t cols = std::min<int64_t>(64, g.N - n);
+    const int vecs = int((cols + 15) / 16);
+    const int rem = int(cols - 16 * (vecs - 1));
+    const __mmask16 tail = __mmask16((1u << rem) - 1u);
+    switch (vecs) {
+      case 1: block<R, 1>(g, m, n, tail); break;
+      case 2: block<R, 2>(g, m, n, tail); break;
+      case 3: block<R, 3>(g, m, n, tail); break;
+      default: block<R, 4>(g, m, n, tail); break;
+    }
+  }
+}
+
+}  // namespace
+
+void small_gemm_f32_avx512(const SmallGemm& g, int64_t m0, int64_t m1) {
+  int64_t m = m0;
+  if (g.N <= 16)  // one vector per row: 8 rows keep 8 FMA chains in flight
+    for (; m + 8 <= m1; m += 8) rows<8>(g, m);
+  for (; m + 4 <= m1; m += 4) rows<4>(g, m);
+  for (; m < m1; ++m) rows<1>(g, m);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,78 @@
+// ApplyRope prepared once for a compiled program (decision 0010) on f32 contiguous rows: eval_cpu
+// copies each row into a float buffer and back (convert_elements) and allocates four row
+// vectors per call; here the rotation reads and writes the tensors in place. The arithmetic is
+// eval_cpu's fp32 branch term for term (two products, then the sum; this file is built for
+// baseline x86-64 as rope.cpp, so nothing is contracted into an FMA), hence the same bits.
+#include "ops/rope.h"
+#include "runtime/parallel.h"
+
+namespace tessera {
+namespace {
+
+class PreparedRope final : public PreparedKernel {
+ public:
+  PreparedRope(bool interleaved, int64_t D, int64_t S, int64_t per_s, bool batched,
+               int64_t rows_per_batch)
+      : interleaved_(interleaved),
+        D_(D),
+        S_(S),
+        per_s_(per_s),
+        batched_(batched),
+        rows_per_batch_(rows_per_batch) {}
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const float* src = static_cast<const float*>(in[0].raw_data());
+    const float* cos_base = static_cast<const float*>(in[1].raw_data());
+    const float* sin_base = static_cast<const float*>(in[2].raw_data());
+    float* dst = static_cast<float*>(out[0].raw_data());
+    const int64_t D = D_, half = D / 2, rows = out[0].numel() / std::max<int64_t>(D, 1);
+    const int64_t grain = std::max<int64_t>(256, 8192 / std::max<int64_t>(D, 1));  // as eval
+    parallel_for(rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t s_idx = (r / per_s_) % S_;
+        const int64_t table_row = (batched_ ? (r / rows_per_batch_) * S_ : 0) + s_idx;
+        const float* cp = cos_base + table_row * D;
+        const float* sp = sin_base + table_row * D;
+        const float* x = src + r * D;
+        float* y = dst + r * D;
+        if (interleaved_) {
+          for (int64_t j = 0; j < D; j += 2) {
+            const float x0 = x[j], x1 = x[j + 1];
+            y[j] = x0 * cp[j] - x1 * sp[j];
+            y[j + 1] = x1 * cp[j + 1] + x0 * sp[j + 1];
+          }
+        } else {
+          for (int64_t j = 0; j < half; ++j) y[j] = x[j] * cp[j] - x[j + half] * sp[j];
+          for (int64_t j = half; j < D; ++j) y[j] = x[j] * cp[j] + x[j - half] * sp[j];
+        }
+      }
+    });
+  }
+
+ private:
+  bool interleaved_;
+  int64_t D_, S_, per_s_;
+  bool batched_;
+  int64_t rows_per_batch_;
+};
+
+}  // namespace
+
+std::unique_ptr<PreparedKernel> ApplyRope::prepare_cpu(const std::vector<Tensor>& in,
+                                                       const std::vector<Tensor>& out) {
+  const Tensor &x = in[0], &cos = in[1], &sin = in[2];
+  // f32 everywhere: no rounding between the steps in either math mode. In place needs x and
+  // out distinct buffers, which a program guarantees (a step never writes its own input).
+  for (const Tensor* t : {&x, &cos, &sin, &out[0]})
+    if (t->dtype() != DType::f32 || !t->is_contiguous()) return nullptr;
+  if (x.ndim() < 2 || x.numel() == 0) return nullptr;
+  const int64_t D = x.dim(-1), S = x.dim(sequence_dim_);
+  int64_t per_s = 1;
+  for (int64_t d = sequence_dim_ + 1; d < x.ndim() - 1; ++d) per_s *= x.dim(d);
+  const bool batched = cos.ndim() == 3 && cos.dim(0) > 1;
+  const int64_t rows = x.numel() / D;
+  return std::make_unique<PreparedRope>(layout_ == RopeLayout::interleaved, D, S, per_s, batched,
+                                        rows / x.dim(0));
+}
+
+}  // namespace tessera
