@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "edited_folder.h"
 #include "io_test_folder.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
@@ -196,47 +197,14 @@ INSTANTIATE_TEST_SUITE_P(Goldens, AutoencoderKLParity,
 const char* kFluxVae = "flux1-schnell-tiny/vae";
 const char* kFlux2Vae = "flux2-dev-tiny/vae";
 
-bool have(const std::string& folder) {
-  return test::has_fixture(folder + "/config.json");
-}
-
-// A copy of a fixture component folder; `edit` changes config.json, `rename` the tensors (an
-// empty new name drops the tensor).
-class EditedFolder {
- public:
-  EditedFolder(const std::string& component, const std::function<void(nlohmann::json&)>& edit,
-               const std::function<std::string(const std::string&)>& rename = nullptr) {
-    const std::string src = test::fixture_path(component);
-    for (const auto& e : std::filesystem::directory_iterator(src)) {
-      const std::string name = e.path().filename().string();
-      if (rename && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
-        std::map<std::string, Tensor> renamed;
-        for (const auto& [k, v] : load_safetensors(e.path().string())) {
-          const std::string nk = rename(k);
-          if (!nk.empty()) renamed[nk] = v;
-        }
-        save_safetensors(dir_ / name, renamed);
-      } else {
-        std::filesystem::copy(e.path(), dir_ / name);
-      }
-    }
-    nlohmann::json cfg = nlohmann::json::parse(test::read_text(src + "/config.json"));
-    edit(cfg);
-    std::filesystem::remove(dir_ / "config.json");
-    test::write_text(dir_ / "config.json", cfg.dump(2));
-  }
-  const std::string& path() const { return dir_.path(); }
-
- private:
-  test::TempDir dir_;
-};
+using test::EditedFolder;
 
 std::string load_error(const std::string& folder, DType dtype = DType::f32) {
-  return test::error_message([&] { AutoencoderKL::from_pretrained(folder, dtype); });
+  return test::load_error<AutoencoderKL>(folder, dtype);
 }
 
 TEST(AutoencoderKLErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   EditedFolder f(kFluxVae, [](nlohmann::json& c) { c["latent_channels"] = 8; });
   const std::string msg = load_error(f.path());
   // The encoder's parameters are checked first: conv_out gives 2 * latent_channels.
@@ -246,7 +214,7 @@ TEST(AutoencoderKLErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
 }
 
 TEST(AutoencoderKLErrors, MissingConfigKeyIsNamed) {
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   for (const char* key :
        {"block_out_channels", "latent_channels", "layers_per_block", "norm_num_groups"}) {
     EditedFolder f(kFluxVae, [&](nlohmann::json& c) { c.erase(key); });
@@ -257,7 +225,7 @@ TEST(AutoencoderKLErrors, MissingConfigKeyIsNamed) {
 }
 
 TEST(AutoencoderKLErrors, UnsupportedConfigValuesAreNamed) {
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& c) { c["act_fn"] = "mish"; }, "unsupported value act_fn='mish'"},
       {[](nlohmann::json& c) { c["norm_num_groups"] = 3; }, "unsupported value norm_num_groups=3"},
@@ -281,7 +249,7 @@ TEST(AutoencoderKLErrors, UnsupportedConfigValuesAreNamed) {
 }
 
 TEST(AutoencoderKLErrors, QuantConvsMustMatchTheConfig) {
-  if (!have(kFluxVae) || !have(kFlux2Vae)) GTEST_SKIP() << "missing VAE fixtures";
+  if (!test::has_component(kFluxVae) || !test::has_component(kFlux2Vae)) GTEST_SKIP() << "missing VAE fixtures";
   {  // The config asks for quant convs the weights do not have.
     EditedFolder f(kFluxVae, [](nlohmann::json& c) { c["use_quant_conv"] = true; });
     const std::string msg = load_error(f.path());
@@ -296,7 +264,7 @@ TEST(AutoencoderKLErrors, QuantConvsMustMatchTheConfig) {
 }
 
 TEST(AutoencoderKL, ReadsPipelineFactorsFromTheConfig) {
-  if (!have(kFluxVae) || !have(kFlux2Vae)) GTEST_SKIP() << "missing VAE fixtures";
+  if (!test::has_component(kFluxVae) || !test::has_component(kFlux2Vae)) GTEST_SKIP() << "missing VAE fixtures";
   auto flux = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
   EXPECT_FALSE(flux->config().is_flux2());
   EXPECT_DOUBLE_EQ(flux->config().scaling_factor, 0.3611);
@@ -314,7 +282,7 @@ TEST(AutoencoderKL, ReadsPipelineFactorsFromTheConfig) {
 }
 
 TEST(AutoencoderKL, WithoutMidBlockAttentionDropsTheAttentionWeights) {
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   EditedFolder f(
       kFluxVae, [](nlohmann::json& c) { c["mid_block_add_attention"] = false; },
       [](const std::string& k) {
@@ -332,7 +300,7 @@ TEST(AutoencoderKL, WithoutMidBlockAttentionDropsTheAttentionWeights) {
 
 TEST(AutoencoderKL, LoadsDeprecatedAttentionNames) {
   // Older VAE checkpoints name the mid-block attention query/key/value/proj_attn.
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   EditedFolder old(
       kFluxVae, [](nlohmann::json&) {},
       [](const std::string& k) {
@@ -357,7 +325,7 @@ TEST(AutoencoderKL, LoadsDeprecatedAttentionNames) {
 
 TEST(AutoencoderKL, BatchesDecodeAsSingleImages) {
   // The attention copies tokens for B > 1; each image must decode as it does alone.
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   auto vae = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
   std::vector<float> v(2 * 16 * 3 * 2);
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * float(i));
@@ -372,7 +340,7 @@ TEST(AutoencoderKL, BatchesDecodeAsSingleImages) {
 }
 
 TEST(AutoencoderKLErrors, InputsOfTheWrongShapeOrDtypeAreRefused) {
-  if (!have(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
+  if (!test::has_component(kFluxVae)) GTEST_SKIP() << "missing fixture " << kFluxVae;
   auto vae = AutoencoderKL::from_pretrained(test::fixture_path(kFluxVae), DType::f32);
   auto err = [](const std::function<void()>& fn) {
     try {

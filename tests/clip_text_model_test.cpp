@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "edited_folder.h"
 #include "io_test_folder.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -99,49 +100,15 @@ INSTANTIATE_TEST_SUITE_P(
                       ParityCase{"sd35-medium-tiny", "text_encoder_2", true, DType::bf16}),
     case_name);
 
-bool have(const std::string& folder) {
-  return test::has_fixture(folder + "/config.json");
-}
-
-// A copy of a fixture component folder; `edit` changes config.json, `rename` the tensor names.
-class EditedFolder {
- public:
-  EditedFolder(const std::string& component, const std::function<void(nlohmann::json&)>& edit,
-               const std::function<std::string(const std::string&)>& rename = nullptr) {
-    const std::string src = test::fixture_path(component);
-    for (const auto& e : std::filesystem::directory_iterator(src)) {
-      const std::string name = e.path().filename().string();
-      if (rename && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
-        std::map<std::string, Tensor> renamed;
-        for (const auto& [k, v] : load_safetensors(e.path().string())) renamed[rename(k)] = v;
-        save_safetensors(dir_ / name, renamed);
-      } else {
-        std::filesystem::copy(e.path(), dir_ / name);
-      }
-    }
-    nlohmann::json cfg = nlohmann::json::parse(test::read_text(src + "/config.json"));
-    edit(cfg);
-    std::filesystem::remove(dir_ / "config.json");
-    test::write_text(dir_ / "config.json", cfg.dump(2));
-  }
-  const std::string& path() const { return dir_.path(); }
-
- private:
-  test::TempDir dir_;
-};
-
-template <typename Model>
-std::string load_error(const std::string& folder, DType dtype = DType::f32) {
-  return test::error_message([&] { Model::from_pretrained(folder, dtype); });
-}
+using test::EditedFolder;
 
 const char* kFluxClip = "flux1-schnell-tiny/text_encoder";
 const char* kSd3ClipG = "sd35-medium-tiny/text_encoder_2";
 
 TEST(CLIPTextErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   EditedFolder f(kFluxClip, [](nlohmann::json& c) { c["intermediate_size"] = 48; });
-  const std::string msg = load_error<CLIPTextModel>(f.path());
+  const std::string msg = test::load_error<CLIPTextModel>(f.path());
   EXPECT_NE(msg.find("'text_model.encoder.layers.0.mlp.fc1.weight' has shape (64, 16)"),
             std::string::npos)
       << msg;
@@ -149,53 +116,53 @@ TEST(CLIPTextErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
 }
 
 TEST(CLIPTextErrors, MissingConfigKeyIsNamed) {
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   EditedFolder f(kFluxClip, [](nlohmann::json& c) { c.erase("hidden_size"); });
-  const std::string msg = load_error<CLIPTextModel>(f.path());
+  const std::string msg = test::load_error<CLIPTextModel>(f.path());
   EXPECT_NE(msg.find("hidden_size"), std::string::npos) << msg;
   EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
 }
 
 TEST(CLIPTextErrors, UnsupportedConfigValuesAreNamed) {
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   {
     EditedFolder f(kFluxClip, [](nlohmann::json& c) { c["hidden_act"] = "swiglu"; });
-    const std::string msg = load_error<CLIPTextModel>(f.path());
+    const std::string msg = test::load_error<CLIPTextModel>(f.path());
     EXPECT_NE(msg.find("unsupported value hidden_act='swiglu'"), std::string::npos) << msg;
   }
   {
     EditedFolder f(kFluxClip, [](nlohmann::json& c) { c["num_attention_heads"] = 3; });
-    const std::string msg = load_error<CLIPTextModel>(f.path());
+    const std::string msg = test::load_error<CLIPTextModel>(f.path());
     EXPECT_NE(msg.find("unsupported value num_attention_heads=3"), std::string::npos) << msg;
     EXPECT_NE(msg.find("hidden_size=16"), std::string::npos) << msg;
   }
   {
     EditedFolder f(kFluxClip, [](nlohmann::json& c) { c["model_type"] = "t5"; });
-    const std::string msg = load_error<CLIPTextModel>(f.path());
+    const std::string msg = test::load_error<CLIPTextModel>(f.path());
     EXPECT_NE(msg.find("unsupported value model_type='t5'"), std::string::npos) << msg;
   }
-  EXPECT_NE(load_error<CLIPTextModel>(test::fixture_path(kFluxClip), DType::f16)
+  EXPECT_NE(test::load_error<CLIPTextModel>(test::fixture_path(kFluxClip), DType::f16)
                 .find("dtype f16 is not supported"),
             std::string::npos);
-  EXPECT_NE(load_error<CLIPTextModel>("/nonexistent/text_encoder").find("does not exist"),
+  EXPECT_NE(test::load_error<CLIPTextModel>("/nonexistent/text_encoder").find("does not exist"),
             std::string::npos);
 }
 
 TEST(CLIPTextErrors, ProjectionIsRequiredWithProjectionAndRefusedWithout) {
-  if (!have(kFluxClip) || !have(kSd3ClipG)) GTEST_SKIP() << "missing CLIP fixtures";
+  if (!test::has_component(kFluxClip) || !test::has_component(kSd3ClipG)) GTEST_SKIP() << "missing CLIP fixtures";
   // CLIPTextModel weights have no text_projection.
   const std::string missing =
-      load_error<CLIPTextModelWithProjection>(test::fixture_path(kFluxClip));
+      test::load_error<CLIPTextModelWithProjection>(test::fixture_path(kFluxClip));
   EXPECT_NE(missing.find("missing tensor 'text_projection.weight'"), std::string::npos) << missing;
   // CLIPTextModelWithProjection weights have one CLIPTextModel has no place for.
-  const std::string extra = load_error<CLIPTextModel>(test::fixture_path(kSd3ClipG));
+  const std::string extra = test::load_error<CLIPTextModel>(test::fixture_path(kSd3ClipG));
   EXPECT_NE(extra.find("text_projection.weight"), std::string::npos) << extra;
   EXPECT_NE(extra.find("has no place for"), std::string::npos) << extra;
 }
 
 TEST(CLIPText, LoadsWeightsWithoutTheTextModelPrefix) {
   // transformers 5 writes CLIPTextModel weights without `text_model.`; it reads both forms.
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   EditedFolder bare(
       kFluxClip, [](nlohmann::json&) {},
       [](const std::string& k) { return k.substr(std::string("text_model.").size()); });
@@ -207,7 +174,7 @@ TEST(CLIPText, LoadsWeightsWithoutTheTextModelPrefix) {
 }
 
 TEST(CLIPText, PoolsAtTheFirstEosTokenUnlessTheLegacyIdIs2) {
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   // Row 0: 49407 at 3 and 5, id 5 at 2; row 1: neither (transformers then takes index 0).
   const Tensor ids = Tensor::from_ints({49406, 49406, 5, 49407, 7, 49407,  //
                                         49406, 10, 11, 12, 13, 14},
@@ -233,7 +200,7 @@ TEST(CLIPText, PoolsAtTheFirstEosTokenUnlessTheLegacyIdIs2) {
 }
 
 TEST(CLIPText, PaddingMaskOfOnesChangesNothingAndRightPaddingKeepsThePrefix) {
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   auto model = CLIPTextModel::from_pretrained(test::fixture_path(kFluxClip), DType::f32);
   const Tensor ids = Tensor::from_ints({49406, 320, 1125, 49407, 49407, 49407}, {1, 6});
   const auto plain = model->forward(ids);
@@ -250,7 +217,7 @@ TEST(CLIPText, PaddingMaskOfOnesChangesNothingAndRightPaddingKeepsThePrefix) {
 }
 
 TEST(CLIPText, InputErrorsAreNamed) {
-  if (!have(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
+  if (!test::has_component(kFluxClip)) GTEST_SKIP() << "missing fixture " << kFluxClip;
   auto model = CLIPTextModel::from_pretrained(test::fixture_path(kFluxClip), DType::f32);
   auto error = [&](const Tensor& ids) {
     try {

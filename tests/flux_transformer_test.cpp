@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "edited_folder.h"
 #include "io_test_folder.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -83,26 +84,10 @@ INSTANTIATE_TEST_SUITE_P(Goldens, FluxTransformerParity,
                                            ParityCase{"flux1-dev-tiny", DType::bf16}),
                          case_name);
 
-// A copy of a tiny transformer folder whose config.json is edited by `edit`.
-class EditedFolder {
- public:
-  EditedFolder(const std::string& pipeline, const std::function<void(nlohmann::json&)>& edit) {
-    const std::string src = test::fixture_path(pipeline + "/transformer");
-    for (const auto& e : std::filesystem::directory_iterator(src))
-      std::filesystem::copy(e.path(), dir_ / e.path().filename().string());
-    nlohmann::json cfg = nlohmann::json::parse(test::read_text(src + "/config.json"));
-    edit(cfg);
-    std::filesystem::remove(dir_ / "config.json");
-    test::write_text(dir_ / "config.json", cfg.dump(2));
-  }
-  const std::string& path() const { return dir_.path(); }
-
- private:
-  test::TempDir dir_;
-};
+using test::EditedFolder;
 
 std::string load_error(const std::string& folder, DType dtype = DType::f32) {
-  return test::error_message([&] { FluxTransformer2DModel::from_pretrained(folder, dtype); });
+  return test::load_error<FluxTransformer2DModel>(folder, dtype);
 }
 
 bool have_tiny(const char* pipeline) {
@@ -111,7 +96,7 @@ bool have_tiny(const char* pipeline) {
 
 TEST(FluxTransformerErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
   if (!have_tiny("flux1-schnell-tiny")) GTEST_SKIP() << "missing fixture flux1-schnell-tiny";
-  EditedFolder f("flux1-schnell-tiny", [](nlohmann::json& c) { c["joint_attention_dim"] = 48; });
+  EditedFolder f("flux1-schnell-tiny/transformer", [](nlohmann::json& c) { c["joint_attention_dim"] = 48; });
   const std::string msg = load_error(f.path());
   EXPECT_NE(msg.find("'context_embedder.weight' has shape (32, 32)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("the config implies (32, 48)"), std::string::npos) << msg;
@@ -119,7 +104,7 @@ TEST(FluxTransformerErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
 
 TEST(FluxTransformerErrors, ConfigWithFewerLayersThanWeightsIsRefused) {
   if (!have_tiny("flux1-schnell-tiny")) GTEST_SKIP() << "missing fixture flux1-schnell-tiny";
-  EditedFolder f("flux1-schnell-tiny", [](nlohmann::json& c) { c["num_single_layers"] = 1; });
+  EditedFolder f("flux1-schnell-tiny/transformer", [](nlohmann::json& c) { c["num_single_layers"] = 1; });
   const std::string msg = load_error(f.path());
   EXPECT_NE(msg.find("single_transformer_blocks.1."), std::string::npos) << msg;
   EXPECT_NE(msg.find("has no place for"), std::string::npos) << msg;
@@ -127,7 +112,7 @@ TEST(FluxTransformerErrors, ConfigWithFewerLayersThanWeightsIsRefused) {
 
 TEST(FluxTransformerErrors, GuidanceEmbedsMismatchNamesMissingTensor) {
   if (!have_tiny("flux1-schnell-tiny")) GTEST_SKIP() << "missing fixture flux1-schnell-tiny";
-  EditedFolder f("flux1-schnell-tiny", [](nlohmann::json& c) { c["guidance_embeds"] = true; });
+  EditedFolder f("flux1-schnell-tiny/transformer", [](nlohmann::json& c) { c["guidance_embeds"] = true; });
   const std::string msg = load_error(f.path());
   EXPECT_NE(msg.find("missing tensor 'time_text_embed.guidance_embedder.linear_1.weight'"),
             std::string::npos)
@@ -136,7 +121,7 @@ TEST(FluxTransformerErrors, GuidanceEmbedsMismatchNamesMissingTensor) {
 
 TEST(FluxTransformerErrors, MissingConfigKeyIsNamed) {
   if (!have_tiny("flux1-schnell-tiny")) GTEST_SKIP() << "missing fixture flux1-schnell-tiny";
-  EditedFolder f("flux1-schnell-tiny", [](nlohmann::json& c) { c.erase("num_layers"); });
+  EditedFolder f("flux1-schnell-tiny/transformer", [](nlohmann::json& c) { c.erase("num_layers"); });
   const std::string msg = load_error(f.path());
   EXPECT_NE(msg.find("num_layers"), std::string::npos) << msg;
   EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
@@ -145,7 +130,7 @@ TEST(FluxTransformerErrors, MissingConfigKeyIsNamed) {
 TEST(FluxTransformerErrors, UnsupportedConfigValuesAreNamed) {
   if (!have_tiny("flux1-schnell-tiny")) GTEST_SKIP() << "missing fixture flux1-schnell-tiny";
   {
-    EditedFolder f("flux1-schnell-tiny", [](nlohmann::json& c) {
+    EditedFolder f("flux1-schnell-tiny/transformer", [](nlohmann::json& c) {
       c["axes_dims_rope"] = {4, 6, 8};
     });
     const std::string msg = load_error(f.path());
@@ -153,14 +138,14 @@ TEST(FluxTransformerErrors, UnsupportedConfigValuesAreNamed) {
     EXPECT_NE(msg.find("attention_head_dim=16"), std::string::npos) << msg;
   }
   {
-    EditedFolder f("flux1-schnell-tiny",
+    EditedFolder f("flux1-schnell-tiny/transformer",
                    [](nlohmann::json& c) { c["_class_name"] = "Flux2Transformer2DModel"; });
     const std::string msg = load_error(f.path());
     EXPECT_NE(msg.find("unsupported _class_name 'Flux2Transformer2DModel'"), std::string::npos)
         << msg;
   }
   {
-    EditedFolder f("flux1-schnell-tiny", [](nlohmann::json& c) { c["num_attention_heads"] = 0; });
+    EditedFolder f("flux1-schnell-tiny/transformer", [](nlohmann::json& c) { c["num_attention_heads"] = 0; });
     const std::string msg = load_error(f.path());
     EXPECT_NE(msg.find("unsupported value num_attention_heads=0"), std::string::npos) << msg;
   }

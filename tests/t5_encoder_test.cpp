@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "edited_folder.h"
 #include "io_test_folder.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
@@ -122,14 +123,10 @@ TEST(T5GeluNew, IsTheTanhApproximation) {
 
 const char* kFluxT5 = "flux1-schnell-tiny/text_encoder_2";
 
-bool have(const std::string& folder) {
-  return test::has_fixture(folder + "/config.json");
-}
-
 TEST(T5Encoder, PaddingMaskHidesPaddedKeys) {
   // Relative position bias depends only on key - query, so with the last keys masked the other
   // rows equal a run on the unpadded prefix alone.
-  if (!have(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
+  if (!test::has_component(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
   for (DType dt : {DType::f32, DType::bf16}) {
     auto model = T5EncoderModel::from_pretrained(test::fixture_path(kFluxT5), dt);
     const Tensor ids = Tensor::from_ints({21, 300, 7, 42, 1, 0, 0, 0}, {1, 8});
@@ -146,46 +143,14 @@ TEST(T5Encoder, PaddingMaskHidesPaddedKeys) {
   }
 }
 
-// A copy of a fixture component folder; `edit` changes config.json, `rename` the tensor names.
-class EditedFolder {
- public:
-  EditedFolder(const std::string& component, const std::function<void(nlohmann::json&)>& edit,
-               const std::function<std::string(const std::string&)>& rename = nullptr) {
-    const std::string src = test::fixture_path(component);
-    for (const auto& e : std::filesystem::directory_iterator(src)) {
-      const std::string name = e.path().filename().string();
-      if (rename && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
-        std::map<std::string, Tensor> renamed;
-        for (const auto& [k, v] : load_safetensors(e.path().string())) renamed[rename(k)] = v;
-        save_safetensors(dir_ / name, renamed);
-      } else if (rename && name.size() > 5 && name.substr(name.size() - 5) == ".json" &&
-                 name != "config.json") {
-        nlohmann::json index = nlohmann::json::parse(test::read_text(e.path().string()));
-        nlohmann::json map = nlohmann::json::object();
-        for (auto& [k, v] : index["weight_map"].items()) map[rename(k)] = v;
-        index["weight_map"] = map;
-        test::write_text(dir_ / name, index.dump(2));
-      } else {
-        std::filesystem::copy(e.path(), dir_ / name);
-      }
-    }
-    nlohmann::json cfg = nlohmann::json::parse(test::read_text(src + "/config.json"));
-    edit(cfg);
-    std::filesystem::remove(dir_ / "config.json");
-    test::write_text(dir_ / "config.json", cfg.dump(2));
-  }
-  const std::string& path() const { return dir_.path(); }
-
- private:
-  test::TempDir dir_;
-};
+using test::EditedFolder;
 
 std::string load_error(const std::string& folder, DType dtype = DType::f32) {
-  return test::error_message([&] { T5EncoderModel::from_pretrained(folder, dtype); });
+  return test::load_error<T5EncoderModel>(folder, dtype);
 }
 
 TEST(T5Encoder, ReadsTheTiedEmbeddingNameWhenSharedIsAbsent) {
-  if (!have(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
+  if (!test::has_component(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
   EditedFolder f(
       kFluxT5, [](nlohmann::json&) {},
       [](const std::string& k) {
@@ -206,7 +171,7 @@ TEST(T5Encoder, ReadsTheTiedEmbeddingNameWhenSharedIsAbsent) {
 }
 
 TEST(T5EncoderErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
-  if (!have(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
+  if (!test::has_component(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
   EditedFolder f(kFluxT5, [](nlohmann::json& c) { c["d_ff"] = 48; });
   const std::string msg = load_error(f.path());
   EXPECT_NE(msg.find("'encoder.block.0.layer.1.DenseReluDense.wi_0.weight' has shape (64, 32)"),
@@ -216,7 +181,7 @@ TEST(T5EncoderErrors, ConfigNotMatchingWeightsNamesTensorAndBothShapes) {
 }
 
 TEST(T5EncoderErrors, MissingConfigKeyIsNamed) {
-  if (!have(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
+  if (!test::has_component(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
   EditedFolder f(kFluxT5, [](nlohmann::json& c) { c.erase("d_kv"); });
   const std::string msg = load_error(f.path());
   EXPECT_NE(msg.find("d_kv"), std::string::npos) << msg;
@@ -224,7 +189,7 @@ TEST(T5EncoderErrors, MissingConfigKeyIsNamed) {
 }
 
 TEST(T5EncoderErrors, UnsupportedConfigValuesAreNamed) {
-  if (!have(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
+  if (!test::has_component(kFluxT5)) GTEST_SKIP() << "missing fixture " << kFluxT5;
   {
     EditedFolder f(kFluxT5, [](nlohmann::json& c) { c["feed_forward_proj"] = "gated-silu"; });
     const std::string msg = load_error(f.path());
