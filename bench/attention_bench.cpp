@@ -50,8 +50,9 @@ void BM_Sdpa(benchmark::State& state, DType dt, cpu::AttentionPath path) {
   cpu::set_attention_path(cpu::AttentionPath::automatic);
 }
 
-// ~0.26 TFLOP per call: few repetitions, fixed iteration count. bf16 is the default path (the
-// AMX kernel where the CPU has AMX); bf16_onednn forces the oneDNN-tile path for comparison.
+// ~0.26 TFLOP per call: few repetitions, fixed iteration count. bf16 and f32 are the default paths
+// (the AMX kernels where the CPU has AMX; f32 through split bf16 products,
+// TESSERA_SDPA_F32_PRODUCTS picks 3/4/6); *_onednn force the oneDNN-tile path for comparison.
 BENCHMARK_CAPTURE(BM_Sdpa, bf16, DType::bf16, cpu::AttentionPath::automatic)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
@@ -63,7 +64,12 @@ BENCHMARK_CAPTURE(BM_Sdpa, bf16_onednn, DType::bf16, cpu::AttentionPath::tiled)
 BENCHMARK_CAPTURE(BM_Sdpa, f32, DType::f32, cpu::AttentionPath::automatic)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
-    ->Iterations(2);
+    ->Iterations(3);
+// f32_onednn: the oneDNN-tile f32 path (what TESSERA_CPU_ISA=avx512_bf16 and CPUs without AMX get).
+BENCHMARK_CAPTURE(BM_Sdpa, f32_onednn, DType::f32, cpu::AttentionPath::tiled)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 
 }  // namespace
 

@@ -24,7 +24,7 @@ def run_tessera(bench: str, threads: int) -> dict:
                          capture_output=True, text=True).stdout
     times = {}
     for b in json.loads(out)["benchmarks"]:
-        dtype = b["name"].split("/")[1]
+        dtype = b["name"].split("/")[1]  # bf16, bf16_onednn, f32, f32_onednn
         wall = b["real_time"] / 1e3 if b["time_unit"] == "ms" else b["real_time"]
         times[dtype] = (wall, b["cpu_s_per_call"])
     return times
@@ -79,10 +79,12 @@ def main() -> int:
         (a, ac), (b, bc) = ours[name], theirs[name]
         print(f"{name:6} {a * 1e3:11.1f} {FLOPS / a / 1e9:8.0f} {b * 1e3:9.1f} "
               f"{FLOPS / b / 1e9:8.0f} {b / a:7.2f}x {ac:14.3f} {bc:12.3f} {bc / ac:9.2f}x")
-    if "bf16_onednn" in ours:  # tessera's previous bf16 path (oneDNN tile GEMMs), for reference
-        a, ac = ours["bf16_onednn"]
-        bc = theirs["bf16"][1]
-        print(f"bf16 with oneDNN tiles instead of the AMX kernel: {a * 1e3:.1f} ms,"
+    for name in ("bf16", "f32"):  # tessera's oneDNN-tile paths (no AMX kernel), for reference
+        if name + "_onednn" not in ours:
+            continue
+        a, ac = ours[name + "_onednn"]
+        bc = theirs[name][1]
+        print(f"{name} with oneDNN tiles instead of the AMX kernel: {a * 1e3:.1f} ms,"
               f" {FLOPS / a / 1e9:.0f} GFLOP/s, {ac:.3f} cpu s, cpu ratio vs torch {bc / ac:.2f}x")
     return 0
 

@@ -366,7 +366,7 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
     path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::amx;
   if (path == AttentionPath::reference)
     sdpa_reference(a);
-  else if (path == AttentionPath::tiled || !cpu::sdpa_amx(a))
+  else if (path == AttentionPath::tiled || !(a.bf16 ? cpu::sdpa_amx(a) : cpu::sdpa_amx_f32(a)))
     sdpa_tiled(a, cpu_isa() >= CpuIsa::avx512);
 }
 

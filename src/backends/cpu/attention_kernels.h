@@ -41,6 +41,14 @@ void sdpa_mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j
 // having done nothing, when it does not cover the call.
 bool sdpa_amx(const SdpaArgs& a);
 
+// The f32 AMX kernel (attention_f32_amx.cpp): f32 operands split into bf16 parts, each product a
+// sum of 3, 4 or 6 bf16 tile products, chosen separately for Q K^T and P V
+// (TESSERA_SDPA_F32_PRODUCTS=qk[,pv], or set_sdpa_f32_products for tests; 0, 0 restores the
+// defaults). Same coverage and fallback contract as sdpa_amx.
+constexpr int kSdpaF32QkProducts = 6, kSdpaF32PvProducts = 6;
+bool sdpa_amx_f32(const SdpaArgs& a);
+void set_sdpa_f32_products(int qk, int pv);
+
 // exp as PyTorch's CPU flash attention evaluates it, so that bf16 probabilities round the same
 // way: a degree-5 polynomial ("exp_u20", ~20 ulp) on each full 16-lane vector of a key block,
 // libm expf on the remainder. Keys are processed in blocks of kSdpaKeyBlock like torch.
@@ -66,9 +74,9 @@ void scale_row_avx512(float* acc, int64_t n, float a);
 void finish_row_avx512(const float* acc, int64_t n, float inv, void* out, bool out_bf16);
 
 // Which implementation the CPU backend uses; tests force one to check it against another.
-// `automatic` picks amx (our own AMX tile kernel) for bf16 when the CPU has AMX and the head dims
-// are multiples of 32, else tiled (oneDNN tile GEMMs), and reference under TESSERA_CPU_ISA=scalar.
-// A forced `amx` falls back to `tiled` for what it does not cover.
+// `automatic` picks amx (our own AMX tile kernels, bf16 and split-f32) when the CPU has AMX and
+// the head dims are multiples of 32, else tiled (oneDNN tile GEMMs), and reference under
+// TESSERA_CPU_ISA=scalar. A forced `amx` falls back to `tiled` for what it does not cover.
 enum class AttentionPath { automatic, tiled, reference, amx };
 void set_attention_path(AttentionPath p);
 AttentionPath attention_path();
