@@ -12,7 +12,9 @@
 #include <cstring>
 #include <dnnl.hpp>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backends/cpu/attention_kernels.h"
@@ -98,11 +100,24 @@ class PreparedSdpa final : public PreparedKernel {
     small_ = !a.bf16 && avx512 && a.D * KB_ <= (int64_t(1) << 16);
     // oneDNN picks its kernel by shape and strides (a permuted K with another row stride can
     // sum in another order): keep the small kernel only if every tile shape gives its bits.
-    for (int i = 0; i < 2 && small_; ++i)
-      for (int j = 0; j < 2 && small_; ++j)
-        if (gemms_[i][j][0])
-          small_ = probe(*gemms_[i][j][0], true, ms[i], ns[j]) &&
-                   probe(*gemms_[i][j][1], false, ms[i], ns[j]);
+    // Each distinct tile geometry is probed once per process.
+    static std::mutex mu;
+    static std::map<std::vector<int64_t>, bool> verdicts;
+    const std::vector<int64_t> key{a.Lq, a.Lk, a.D, a.Dv, a.qs[2], a.ks[2], a.vs[2], QB_, KB_};
+    if (small_) {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = verdicts.find(key);
+      if (it != verdicts.end()) {
+        small_ = it->second;
+      } else {
+        for (int i = 0; i < 2 && small_; ++i)
+          for (int j = 0; j < 2 && small_; ++j)
+            if (gemms_[i][j][0])
+              small_ = probe(*gemms_[i][j][0], true, ms[i], ns[j]) &&
+                       probe(*gemms_[i][j][1], false, ms[i], ns[j]);
+        verdicts[key] = small_;
+      }
+    }
     row_fn_ = cpu_isa() >= CpuIsa::avx512_bf16 ? cpu::softmax_row_avx512bf16
               : avx512                         ? cpu::softmax_row_avx512
                                                : cpu::softmax_row_scalar;

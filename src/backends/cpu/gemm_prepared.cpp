@@ -5,6 +5,9 @@
 // GEMM's cost. The primitive is created from the same descriptors, so the kernel and its results
 // are eager's; bf16 on AMX keeps eager's own tile kernel with the packed weight remembered.
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/gemm_amx.h"
@@ -205,15 +208,27 @@ std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& i
   if (amx && out[0].dtype() == DType::bf16 && amx_gemm::enabled() && x.dim(1) > 64)
     return std::make_unique<PreparedLinearAmx>();
   const int64_t M = x.dim(0), K = x.dim(1), N = in[1].dim(0);
-  auto onednn = PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
   static const bool avx512 = cpu_isa() >= CpuIsa::avx512;
-  if (!onednn || !avx512 || out[0].dtype() != DType::f32 || x.dtype() != DType::f32 ||
-      !x.is_contiguous() || !out[0].is_contiguous() || M * N * K > PreparedLinearSmall::kMaxMacs ||
+  if (!avx512 || out[0].dtype() != DType::f32 || x.dtype() != DType::f32 || !x.is_contiguous() ||
+      !out[0].is_contiguous() || M * N * K > PreparedLinearSmall::kMaxMacs ||
       N * K > PreparedLinearSmall::kMaxWeight)
-    return onednn;
+    return PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
   // The small kernel reproduces oneDNN's order for the shapes measured, but the library picks
-  // its kernel by shape: probe this shape once on random data and keep oneDNN unless the bits
-  // agree.
+  // its kernel by shape: probe each shape once per process on random data and keep oneDNN unless
+  // the bits agree (remembered: deep models repeat a few shapes hundreds of times).
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, bool>, bool> verdicts;
+  const auto key = std::make_tuple(M, K, N, has_bias_);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = verdicts.find(key);
+    if (it != verdicts.end()) {
+      if (it->second) return std::make_unique<PreparedLinearSmall>();
+      return PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
+    }
+  }
+  auto onednn = PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
+  if (!onednn) return onednn;
   auto small = std::make_unique<PreparedLinearSmall>();
   Generator g(0x5eed);
   std::vector<Tensor> probe{randn({M, K}, DType::f32, g), randn({N, K}, DType::f32, g)};
@@ -221,7 +236,12 @@ std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& i
   std::vector<Tensor> ref{Tensor::empty({M, N}, DType::f32)}, got{Tensor::empty({M, N}, DType::f32)};
   onednn->run(probe, ref);
   small->run(probe, got);
-  if (std::memcmp(ref[0].raw_data(), got[0].raw_data(), size_t(M * N) * 4) != 0) return onednn;
+  const bool same = std::memcmp(ref[0].raw_data(), got[0].raw_data(), size_t(M * N) * 4) == 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    verdicts[key] = same;
+  }
+  if (!same) return onednn;
   return small;
 }
 
