@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "component_goldens.h"
 #include "edited_folder.h"
 #include "io_test_folder.h"
 #include "ops/copy.h"
@@ -60,31 +61,19 @@ using test::diff_summary;
          << " (mean|e| " << ref_sum / double(av.size()) << ")";
 }
 
-struct Golden {
-  std::map<std::string, Tensor> inputs, outputs, intermediates;
-};
+using Golden = test::ComponentGolden;
 
 bool load_golden(const ParityCase& p, const std::string& component, Golden* g) {
-  const std::string dir =
-      "goldens/" + p.pipeline + "/components/" + component + "/" + dtype_name(p.dtype) + "/";
-  if (!test::has_fixture(dir + "outputs.safetensors")) return false;
-  g->inputs = test::load_fixture(dir + "inputs.safetensors");
-  g->outputs = test::load_fixture(dir + "outputs.safetensors");
-  g->intermediates = test::load_fixture(dir + "intermediates.safetensors");
-  return true;
+  return test::load_component_golden(p.pipeline, component, p.dtype, g);
 }
 
-// Compares every golden tensor with the one of the same name in `actual`.
+// Compares every golden tensor with the one of the same name in `actual` (chained_close).
 void expect_all_match(const std::map<std::string, Tensor>& golden,
                       const std::map<std::string, Tensor>& actual, DType dtype, const char* what) {
-  for (const auto& [name, expected] : golden) {
-    auto it = actual.find(name);
-    ASSERT_NE(it, actual.end()) << "no " << what << " named " << name;
-    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
-    ASSERT_EQ(it->second.shape(), expected.shape()) << name;
-    EXPECT_TRUE(chained_close(it->second, expected, dtype)) << name;
-    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
-  }
+  test::expect_all_match(golden, actual, dtype, what,
+                         [&](const std::string&, const Tensor& a, const Tensor& e) {
+                           return chained_close(a, e, dtype);
+                         });
 }
 
 std::string vae_folder(const ParityCase& p) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "component_goldens.h"
 #include "edited_folder.h"
 #include "io_test_folder.h"
 #include "runtime/error.h"
@@ -35,7 +36,6 @@ std::string case_name(const ::testing::TestParamInfo<ParityCase>& info) {
   return n;
 }
 
-using test::diff_summary;
 
 CLIPTextOutput run(const ParityCase& p, const Tensor& ids, std::map<std::string, Tensor>* capture,
                    const CLIPTextForwardOptions& opt) {
@@ -50,42 +50,26 @@ class CLIPTextParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(CLIPTextParity, OutputsHiddenStatesAndIntermediatesMatchTransformers) {
   const auto& p = GetParam();
-  const std::string golden =
-      "goldens/" + p.pipeline + "/components/" + p.component + "/" + dtype_name(p.dtype) + "/";
-  if (!test::has_fixture(golden + "outputs.safetensors"))
-    GTEST_SKIP() << "missing fixture " << test::fixture_path(golden);
-  const auto inputs = test::load_fixture(golden + "inputs.safetensors");
-  const auto outputs = test::load_fixture(golden + "outputs.safetensors");
-  const auto intermediates = test::load_fixture(golden + "intermediates.safetensors");
+  test::ComponentGolden g;
+  if (!test::load_component_golden(p.pipeline, p.component, p.dtype, &g))
+    GTEST_SKIP() << "missing " << p.component << " golden of " << p.pipeline;
 
   std::map<std::string, Tensor> capture;
   const CLIPTextOutput out =
-      run(p, inputs.at("input_ids"), &capture, {.output_hidden_states = true});
+      run(p, g.inputs.at("input_ids"), &capture, {.output_hidden_states = true});
   std::map<std::string, Tensor> actual = {{"last_hidden_state", out.last_hidden_state},
                                           {"pooler_output", out.pooler_output}};
   if (p.with_projection) actual["text_embeds"] = out.text_embeds;
   for (size_t i = 0; i < out.hidden_states.size(); ++i)
     actual["hidden_states." + std::to_string(i)] = out.hidden_states[i];
-  for (const auto& [name, expected] : outputs) {
-    auto it = actual.find(name);
-    ASSERT_NE(it, actual.end()) << "no output named " << name;
-    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
-    EXPECT_TRUE(test::activations_close(it->second, expected, p.dtype)) << name;
-    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
-  }
+  test::expect_all_match(g.outputs, actual, p.dtype, "output");
   const size_t golden_hidden =
-      size_t(std::count_if(outputs.begin(), outputs.end(), [](const auto& kv) {
+      size_t(std::count_if(g.outputs.begin(), g.outputs.end(), [](const auto& kv) {
         return kv.first.rfind("hidden_states.", 0) == 0;
       }));
   EXPECT_EQ(out.hidden_states.size(), golden_hidden);
-  for (const auto& [name, expected] : intermediates) {
-    auto it = capture.find(name);
-    ASSERT_NE(it, capture.end()) << "no captured activation named " << name;
-    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
-    EXPECT_TRUE(test::activations_close(it->second, expected, p.dtype)) << name;
-    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
-  }
-  EXPECT_EQ(capture.size(), intermediates.size());
+  test::expect_all_match(g.intermediates, capture, p.dtype, "captured activation");
+  EXPECT_EQ(capture.size(), g.intermediates.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "component_goldens.h"
 #include "edited_folder.h"
 #include "io_test_folder.h"
 #include "runtime/error.h"
@@ -43,38 +44,28 @@ FluxTransformerInputs inputs_from(const std::map<std::string, Tensor>& t) {
           get("guidance")};
 }
 
-using test::diff_summary;
 
 class FluxTransformerParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(FluxTransformerParity, OutputAndEveryIntermediateMatchDiffusers) {
   const auto& p = GetParam();
-  const std::string golden =
-      "goldens/" + p.pipeline + "/components/transformer/" + dtype_name(p.dtype) + "/";
-  if (!test::has_fixture(golden + "outputs.safetensors"))
-    GTEST_SKIP() << "missing fixture " << test::fixture_path(golden);
+  test::ComponentGolden g;
+  if (!test::load_component_golden(p.pipeline, "transformer", p.dtype, &g))
+    GTEST_SKIP() << "missing transformer golden of " << p.pipeline;
   auto model = FluxTransformer2DModel::from_pretrained(
       test::fixture_path(p.pipeline + "/transformer"), p.dtype);
-  const auto inputs = test::load_fixture(golden + "inputs.safetensors");
-  const auto outputs = test::load_fixture(golden + "outputs.safetensors");
-  const auto intermediates = test::load_fixture(golden + "intermediates.safetensors");
 
   std::map<std::string, Tensor> capture;
-  const Tensor sample = model->forward(inputs_from(inputs), &capture);
-  ASSERT_EQ(outputs.count("sample"), 1u);
-  EXPECT_EQ(sample.dtype(), outputs.at("sample").dtype());
-  EXPECT_TRUE(test::activations_close(sample, outputs.at("sample"), p.dtype));
-  std::cout << "  sample: " << diff_summary(sample, outputs.at("sample")) << "\n";
-  for (const auto& [name, expected] : intermediates) {
-    auto it = capture.find(name);
-    ASSERT_NE(it, capture.end()) << "no captured activation named " << name;
-    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
-    // cos/sin are computed in float64 and rounded to f32 in both dtypes.
-    const DType tol = name.rfind("pos_embed.", 0) == 0 ? DType::f32 : p.dtype;
-    EXPECT_TRUE(test::activations_close(it->second, expected, tol)) << name;
-    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
-  }
-  EXPECT_EQ(capture.size(), intermediates.size());
+  const Tensor sample = model->forward(inputs_from(g.inputs), &capture);
+  ASSERT_EQ(g.outputs.count("sample"), 1u);
+  test::expect_all_match(g.outputs, {{"sample", sample}}, p.dtype, "output");
+  test::expect_all_match(g.intermediates, capture, p.dtype, "captured activation",
+                         [&](const std::string& name, const Tensor& a, const Tensor& e) {
+                           // cos/sin are computed in float64 and rounded to f32 in both dtypes.
+                           const bool rope = name.rfind("pos_embed.", 0) == 0;
+                           return test::activations_close(a, e, rope ? DType::f32 : p.dtype);
+                         });
+  EXPECT_EQ(capture.size(), g.intermediates.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, FluxTransformerParity,

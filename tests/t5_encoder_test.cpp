@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "component_goldens.h"
 #include "edited_folder.h"
 #include "io_test_folder.h"
 #include "ops/copy.h"
@@ -36,48 +37,32 @@ std::string case_name(const ::testing::TestParamInfo<ParityCase>& info) {
   return n;
 }
 
-using test::diff_summary;
 
 class T5EncoderParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(T5EncoderParity, OutputsHiddenStatesAndIntermediatesMatchTransformers) {
   const auto& p = GetParam();
-  const std::string golden =
-      "goldens/" + p.pipeline + "/components/" + p.component + "/" + dtype_name(p.dtype) + "/";
-  if (!test::has_fixture(golden + "outputs.safetensors"))
-    GTEST_SKIP() << "missing fixture " << test::fixture_path(golden);
+  test::ComponentGolden g;
+  if (!test::load_component_golden(p.pipeline, p.component, p.dtype, &g))
+    GTEST_SKIP() << "missing " << p.component << " golden of " << p.pipeline;
   auto model =
       T5EncoderModel::from_pretrained(test::fixture_path(p.pipeline + "/" + p.component), p.dtype);
-  const auto inputs = test::load_fixture(golden + "inputs.safetensors");
-  const auto outputs = test::load_fixture(golden + "outputs.safetensors");
-  const auto intermediates = test::load_fixture(golden + "intermediates.safetensors");
 
   std::map<std::string, Tensor> capture;
   const T5EncoderOutput out =
-      model->forward(inputs.at("input_ids"), &capture, {.output_hidden_states = true});
+      model->forward(g.inputs.at("input_ids"), &capture, {.output_hidden_states = true});
   std::map<std::string, Tensor> actual = {{"last_hidden_state", out.last_hidden_state}};
   for (size_t i = 0; i < out.hidden_states.size(); ++i)
     actual["hidden_states." + std::to_string(i)] = out.hidden_states[i];
-  EXPECT_EQ(actual.size(), outputs.size());
-  for (const auto& [name, expected] : outputs) {
-    auto it = actual.find(name);
-    ASSERT_NE(it, actual.end()) << "no output named " << name;
-    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
-    EXPECT_TRUE(test::activations_close(it->second, expected, p.dtype)) << name;
-    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
-  }
-  for (const auto& [name, expected] : intermediates) {
-    auto it = capture.find(name);
-    ASSERT_NE(it, capture.end()) << "no captured activation named " << name;
-    EXPECT_EQ(it->second.dtype(), expected.dtype()) << name;
-    if (name.find("position_bias") != std::string::npos) {
-      // A table lookup: exact in both dtypes.
-      EXPECT_TRUE(test::bit_equal(contiguous(it->second), expected)) << name;
-    } else {
-      EXPECT_TRUE(test::activations_close(it->second, expected, p.dtype)) << name;
-    }
-    std::cout << "  " << name << ": " << diff_summary(it->second, expected) << "\n";
-  }
+  EXPECT_EQ(actual.size(), g.outputs.size());
+  test::expect_all_match(g.outputs, actual, p.dtype, "output");
+  test::expect_all_match(g.intermediates, capture, p.dtype, "captured activation",
+                         [&](const std::string& name, const Tensor& a, const Tensor& e) {
+                           // The position bias is a table lookup: exact in both dtypes.
+                           if (name.find("position_bias") != std::string::npos)
+                             return test::bit_equal(contiguous(a), e);
+                           return test::activations_close(a, e, p.dtype);
+                         });
 }
 
 INSTANTIATE_TEST_SUITE_P(
