@@ -86,6 +86,7 @@ struct Segment {
   std::vector<Node> nodes;  // metadata only: inputs have neither storage nor pending links
   std::vector<const char*> names;
   std::vector<uint64_t> attr_hash, op_hash;
+  std::vector<uint64_t> prefix;     // prefix[i]: structure of nodes 0..i (no liveness)
   std::vector<int64_t> value_base;  // flat index of each node's output 0; back() = all values
   std::vector<char> live;           // per flat value: held by the user after the segment
   std::vector<Strides> out_strides;  // per flat value: contiguous strides of its spec
@@ -131,7 +132,8 @@ struct State {
   bool replay_enabled = env_int("TESSERA_DEFER_NO_REPLAY", 0) == 0;
   RepeatWindow window;
   std::unordered_map<uint64_t, std::shared_ptr<Segment>> cache;
-  std::unordered_map<const char*, std::weak_ptr<Segment>> by_first_op;
+  // Recent segments per first op (most recent last): alternatives when a prediction fails.
+  std::unordered_map<const char*, std::vector<std::weak_ptr<Segment>>> by_first_op;
   std::shared_ptr<Segment> last;  // the segment run last (successor prediction)
   // Guarded replay of the current segment: ops matched so far against `replay`.
   std::shared_ptr<Segment> replay;
@@ -409,6 +411,25 @@ std::shared_ptr<Segment> make_segment(std::vector<Node>& nodes, std::vector<uint
     for (const auto& in : n.inputs) t.inputs.push_back(meta_of(in));
     seg->names.push_back(n.prim->name());
     seg->attr_hash.push_back(attributes_hash(*n.prim));
+    Hasher ph;
+    ph.add(seg->prefix.empty() ? 0 : seg->prefix.back());
+    ph.add_string(n.prim->name());
+    ph.add(seg->attr_hash.back());
+    ph.add(uint64_t(n.device.type));
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      const Tensor& in = n.inputs[j];
+      ph.add(uint64_t(n.src_node[j] + 1));
+      ph.add(uint64_t(n.src_out[j]));
+      ph.add(uint64_t(in.dtype()));
+      ph.add(uint64_t(in.offset()));
+      for (auto d : in.shape()) ph.add(uint64_t(d));
+      for (auto d : in.strides()) ph.add(uint64_t(d));
+    }
+    for (const auto& spec : n.specs) {
+      ph.add(uint64_t(spec.dtype));
+      for (auto d : spec.shape) ph.add(uint64_t(d));
+    }
+    seg->prefix.push_back(ph.value());
     seg->value_base.push_back(v);
     for (size_t o = 0; o < n.specs.size(); ++o) {
       seg->live.push_back(live[i][o]);
@@ -499,8 +520,14 @@ void note_ran(State& s, const std::shared_ptr<Segment>& seg, bool hit, bool repl
   s.report.replayed = replayed;
   if (s.last) s.last->next = seg;
   s.last = seg;
-  s.by_first_op[seg->names.empty() ? nullptr : seg->names[0]] = seg;
-  detail::note_segment();
+  auto& list = s.by_first_op[seg->names.empty() ? nullptr : seg->names[0]];
+  bool known = false;
+  for (const auto& w : list) known = known || w.lock() == seg;
+  if (!known) {
+    if (list.size() >= 8) list.erase(list.begin());
+    list.push_back(seg);
+  }
+  detail::note_segment(replayed);
   detail::note_fused_kernels(seg->plan->fused_kernels);
 }
 
@@ -559,14 +586,36 @@ void end_segment(State& s) {
   ++s.segment;
 }
 
+// The prediction failed at op `pos` (or at the sync point): another recent segment with the same
+// first `pos` ops (equal prefix fingerprints) for which `fits` holds takes over; the ops matched
+// so far are bound the same way in both, so the recorded arguments stay valid.
+template <typename Fits>
+bool switch_replay(State& s, Fits&& fits) {
+  const Segment& cur = *s.replay;
+  auto it = s.by_first_op.find(cur.names[0]);
+  if (it == s.by_first_op.end()) return false;
+  for (size_t k = it->second.size(); k-- > 0;) {
+    std::shared_ptr<Segment> c = it->second[k].lock();
+    if (!c || c == s.replay || c->fuse != s.fuse || int64_t(c->nodes.size()) < s.pos) continue;
+    if (s.pos > 0 && c->prefix[s.pos - 1] != cur.prefix[s.pos - 1]) continue;
+    if (!fits(*c)) continue;
+    s.replay = std::move(c);
+    return true;
+  }
+  return false;
+}
+
 void materialize_locked(State& s) {
   if (s.replay) {
-    const std::shared_ptr<Segment> seg = s.replay;
-    bool match = s.pos == int64_t(seg->nodes.size()) && seg->fuse == s.fuse;
     // Liveness: a pending output referenced beyond our own handle is held by the user.
-    for (size_t v = 0; match && v < s.bound.outs.size(); ++v)
-      match = (s.bound.outs[v].use_count() > 1) == bool(seg->live[v]);
-    if (match) {
+    auto fits = [&](const Segment& c) {
+      if (s.pos != int64_t(c.nodes.size()) || c.fuse != s.fuse) return false;
+      for (size_t v = 0; v < s.bound.outs.size(); ++v)
+        if ((s.bound.outs[v].use_count() > 1) != bool(c.live[v])) return false;
+      return true;
+    };
+    if (fits(*s.replay) || switch_replay(s, fits)) {
+      const std::shared_ptr<Segment> seg = s.replay;
       Bound b = std::move(s.bound);
       end_segment(s);
       detail::note_cache_hit();
@@ -624,9 +673,9 @@ void materialize_locked(State& s) {
 
 // Guarded replay: does the arriving op equal op `pos` of the predicted segment (name,
 // attributes, device, input views and edges, output specs)? Integer compares only.
-bool replay_matches(const State& s, const Primitive& p, const std::vector<Tensor>& inputs,
-                    const std::vector<TensorSpec>& outputs, const Device& device) {
-  const Segment& c = *s.replay;
+bool replay_matches(const State& s, const Segment& c, const Primitive& p,
+                    const std::vector<Tensor>& inputs, const std::vector<TensorSpec>& outputs,
+                    const Device& device) {
   const int64_t i = s.pos;
   if (i >= int64_t(c.nodes.size())) return false;
   const Node& t = c.nodes[i];
@@ -694,7 +743,7 @@ void predict(State& s, const Primitive& p) {
   if (!c || c->names.empty() || std::strcmp(c->names[0], p.name()) != 0) {
     c.reset();
     auto it = s.by_first_op.find(p.name());
-    if (it != s.by_first_op.end()) c = it->second.lock();
+    if (it != s.by_first_op.end() && !it->second.empty()) c = it->second.back().lock();
   }
   if (c && c->fuse == s.fuse && !c->nodes.empty()) {
     s.replay = std::move(c);
@@ -757,7 +806,10 @@ std::vector<Tensor> record_op(PrimitivePtr p, const std::vector<Tensor>& inputs,
   uint64_t oh = 0;
   bool replayed = false;
   if (s.replay) {
-    if (replay_matches(s, *p, inputs, outputs, device)) {
+    if (replay_matches(s, *s.replay, *p, inputs, outputs, device) ||
+        switch_replay(s, [&](const Segment& c) {
+          return replay_matches(s, c, *p, inputs, outputs, device);
+        })) {
       oh = s.replay->op_hash[s.pos];
       result = replay_record(s, std::move(p), inputs, device);
       replayed = true;

@@ -84,7 +84,8 @@ std::string mode_stats_json(const ModeStats& s) {
   os << "{\"mode\": \"" << s.mode << "\", \"compiles\": " << s.compiles
      << ", \"cache_hits\": " << s.cache_hits << ", \"compile_seconds\": " << s.compile_seconds
      << ", \"fused_kernels\": " << s.fused_kernels << ", \"ops_dispatched\": " << s.ops_dispatched
-     << ", \"segments\": " << s.segments << ", \"program_compiles\": " << s.program_compiles
+     << ", \"segments\": " << s.segments << ", \"replayed_segments\": " << s.replayed_segments
+     << ", \"program_compiles\": " << s.program_compiles
      << ", \"program_cache_hits\": " << s.program_cache_hits
      << ", \"compiled_runs\": " << s.compiled_runs << ", \"disk_cache_hits\": " << s.disk_cache_hits
      << ", \"regional\": " << (s.regional ? "true" : "false") << "}";
@@ -105,9 +106,10 @@ void note_fused_kernels(int64_t n) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_stats.fused_kernels += n;
 }
-void note_segment() {
+void note_segment(bool replayed) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_stats.segments++;
+  g_stats.replayed_segments += replayed;
 }
 void note_program_built() {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -31,6 +31,7 @@ struct ModeStats {
   int64_t fused_kernels = 0;   // fused kernels run (each replaces two or more ops)
   int64_t ops_dispatched = 0;  // ops that went through dispatch()
   int64_t segments = 0;        // deferred segments materialised
+  int64_t replayed_segments = 0;  // of which replayed from a cached segment (no nodes built)
   // Compiled mode (runtime/compile.h): compiles/cache_hits above count its programs too;
   // these count only them (deferred segments may run around regional programs).
   int64_t program_compiles = 0;    // programs built (one per function and input signature)
@@ -49,7 +50,7 @@ namespace detail {
 void note_compile(double seconds);
 void note_cache_hit();
 void note_fused_kernels(int64_t n);
-void note_segment();
+void note_segment(bool replayed);
 // Counters bumped by compiled programs.
 void note_program_built();
 void note_program_cache_hit();
