@@ -96,10 +96,9 @@ TEST(PreparedKernel, AttentionMatchesEvalBitForBit) {
         const Tensor qp = rnd({c.B, c.Lq, c.H, c.D}, dt, 3).permute({0, 2, 1, 3});
         const Tensor kp = rnd({c.B, c.Lk, c.H, c.D}, dt, 4).permute({0, 2, 1, 3});
         const Tensor vp = rnd({c.B, c.Lk, c.H, c.D}, dt, 6).permute({0, 2, 1, 3});
-        const std::string what = std::string(dtype_name(dt)) + " sdpa Lq " +
-                                 std::to_string(c.Lq) + " Lk " + std::to_string(c.Lk) +
-                                 (c.causal ? " causal" : "") + " threads " +
-                                 std::to_string(threads);
+        const std::string what = std::string(dtype_name(dt)) + " sdpa Lq " + std::to_string(c.Lq) +
+                                 " Lk " + std::to_string(c.Lk) + (c.causal ? " causal" : "") +
+                                 " threads " + std::to_string(threads);
         const std::vector<TensorSpec> specs{{{c.B, c.H, c.Lq, c.D}, dt}};
         if (c.D % 32 == 0) continue;  // AMX CPUs: eval_cpu runs the AMX kernels, none prepared
         check_prepared(op, runs, specs, what);

@@ -479,8 +479,7 @@ void CompiledProgram::prepare() {
     if (p.prim) {
       std::vector<Tensor> outs = p.outs;
       for (size_t q = 0; q < outs.size(); ++q)
-        if (p.fresh[q])
-          outs[q] = slot_tensor(nullptr, p.fresh_specs[q], Device::cpu());
+        if (p.fresh[q]) outs[q] = slot_tensor(nullptr, p.fresh_specs[q], Device::cpu());
       p.kernel = p.prim->prepare_cpu(p.ins, outs);
     }
     prepared_.push_back(std::move(p));

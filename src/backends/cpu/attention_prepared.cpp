@@ -234,7 +234,8 @@ class PreparedSdpa final : public PreparedKernel {
       qk_small(w, a, reinterpret_cast<const char*>(A.data()),
                reinterpret_cast<const char*>(B.data()), qn, kn);
       for (int64_t r = 0; r < qn; ++r)
-        if (std::memcmp(C.data() + r * KB_, w.S.as<float>() + r * KB_, size_t(kn) * 4)) return false;
+        if (std::memcmp(C.data() + r * KB_, w.S.as<float>() + r * KB_, size_t(kn) * 4))
+          return false;
       return true;
     }
     std::memcpy(w.P.p, A.data(), A.size() * 4);

@@ -96,9 +96,8 @@ class PreparedLinearOneDnn final : public PreparedKernel {
     dst_.set_data_handle(out[0].raw_data());
     dnnl::memory wm;
     if (pack_) {
-      wm = memo_.get(w, [&] {
-        return onednn::packed_weights(w.transpose(0, 1), b_md_, packed_md_);
-      });
+      wm = memo_.get(w,
+                     [&] { return onednn::packed_weights(w.transpose(0, 1), b_md_, packed_md_); });
     } else {
       wmem_.set_data_handle(const_cast<void*>(w.raw_data()));
       wm = wmem_;
@@ -187,7 +186,8 @@ class PreparedLinearSmall final : public PreparedKernel {
     g.N = N;
     g.K = K;
     const int64_t blocks = (M + 3) / 4;
-    const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(4 * N * K, 1));
+    const int64_t grain =
+        std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(4 * N * K, 1));
     parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
       cpu::small_gemm_f32_avx512(g, b0 * 4, std::min(M, b1 * 4));
     });
@@ -233,7 +233,8 @@ std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& i
   Generator g(0x5eed);
   std::vector<Tensor> probe{randn({M, K}, DType::f32, g), randn({N, K}, DType::f32, g)};
   if (has_bias_) probe.push_back(randn({N}, DType::f32, g));
-  std::vector<Tensor> ref{Tensor::empty({M, N}, DType::f32)}, got{Tensor::empty({M, N}, DType::f32)};
+  std::vector<Tensor> ref{Tensor::empty({M, N}, DType::f32)},
+      got{Tensor::empty({M, N}, DType::f32)};
   onednn->run(probe, ref);
   small->run(probe, got);
   const bool same = std::memcmp(ref[0].raw_data(), got[0].raw_data(), size_t(M * N) * 4) == 0;

@@ -56,10 +56,18 @@ void rows(const SmallGemm& g, int64_t m) {
     const int rem = int(cols - 16 * (vecs - 1));
     const __mmask16 tail = __mmask16((1u << rem) - 1u);
     switch (vecs) {
-      case 1: block<R, 1>(g, m, n, tail); break;
-      case 2: block<R, 2>(g, m, n, tail); break;
-      case 3: block<R, 3>(g, m, n, tail); break;
-      default: block<R, 4>(g, m, n, tail); break;
+      case 1:
+        block<R, 1>(g, m, n, tail);
+        break;
+      case 2:
+        block<R, 2>(g, m, n, tail);
+        break;
+      case 3:
+        block<R, 3>(g, m, n, tail);
+        break;
+      default:
+        block<R, 4>(g, m, n, tail);
+        break;
     }
   }
 }
