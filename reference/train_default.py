@@ -201,8 +201,14 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def train_vae(vae, images, steps, batch, gen, lr=1e-3, kl_weight=1e-6, fg_weight=4.0):
-    opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0, fused=True)
+def train_vae(vae, images, steps, batch, gen, lr=1e-3, kl_weight=1e-6, fg_weight=4.0,
+              decoder_only=False, edge_weight=0.0):
+    """decoder_only: the encoder (so the latent space the transformer learned) stays fixed and
+    only the decoder learns, e.g. to draw the star points and small triangles sharper."""
+    params = list(vae.decoder.parameters()) if decoder_only else list(vae.parameters())
+    if decoder_only:
+        vae.encoder.requires_grad_(False)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     vae.train()
     t0 = time.time()
@@ -214,7 +220,16 @@ def train_vae(vae, images, steps, batch, gen, lr=1e-3, kl_weight=1e-6, fg_weight
         # always background), the VAE learns their colour (unweighted: 18% held-out colour)
         fg = np.abs(u8.astype(np.int16) - u8[:, :1, :1].astype(np.int16)).sum(-1) > 24
         w = 1.0 + fg_weight * torch.from_numpy(fg).float().unsqueeze(1)
-        post = vae.encode(x).latent_dist
+        if edge_weight:  # pixels within one of a colour change: the points and corners
+            g = x.diff(dim=3).abs().sum(1, keepdim=True) > 0.2
+            g = F.pad(g.float(), (0, 1, 0, 0)) + F.pad(
+                (x.diff(dim=2).abs().sum(1, keepdim=True) > 0.2).float(), (0, 0, 0, 1))
+            w = w + edge_weight * (F.max_pool2d(g, 3, 1, 1) > 0).float()
+        if decoder_only:
+            with torch.no_grad():
+                post = vae.encode(x).latent_dist
+        else:
+            post = vae.encode(x).latent_dist
         z = post.mean + post.std * torch.randn(post.mean.shape, generator=gen)
         rec = vae.decode(z).sample
         kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
@@ -222,7 +237,7 @@ def train_vae(vae, images, steps, batch, gen, lr=1e-3, kl_weight=1e-6, fg_weight
         loss = (w * (d.abs() + d * d)).mean() / w.mean() + kl_weight * kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         if step % 50 == 0 or step == steps - 1:
@@ -375,6 +390,26 @@ def save_pipeline(out, vae, transformer, clip, t5, dtype):
     copy_tokenizers(out)
 
 
+def replace_vae(out, folder, dtype):
+    """Puts FOLDER/vae (same encoder, a fine-tuned decoder) into the saved pipeline OUT: the
+    transformer trained on the same latents, so it is what --vae-from FOLDER would have made."""
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL.from_pretrained(folder / "vae", torch_dtype=torch.float32)
+    old = AutoencoderKL.from_pretrained(out / "vae", torch_dtype=torch.float32)
+    same = all(torch.equal(a.to(dtype), b.to(dtype)) for a, b in zip(vae.encoder.state_dict().values(),
+                                                 old.encoder.state_dict().values()))
+    assert same and vae.config.scaling_factor == old.config.scaling_factor, \
+        f"[train_default] {folder}/vae has another encoder or scale than {out}/vae"
+    shutil.rmtree(out / "vae")
+    vae.to(dtype).save_pretrained(out / "vae", safe_serialization=True)
+    recipe_path = out / "training_recipe.json"
+    recipe = json.loads(recipe_path.read_text())
+    recipe["vae_replaced_by"] = json.loads((folder / "vae_recipe.json").read_text())
+    recipe_path.write_text(json.dumps(recipe, indent=2) + "\n")
+    log(f"{out}/vae replaced by {folder}/vae")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=str(ROOT / "models" / "tessera-shapes"))
@@ -395,6 +430,12 @@ def main():
     p.add_argument("--snapshot-every", type=int, default=0,
                    help="every N transformer steps, save the averaged weights to OUT.snapshot")
     p.add_argument("--vae-lr", type=float, default=1e-3)
+    p.add_argument("--replace-vae", help="put FOLDER/vae (from --vae-only --decoder-steps) "
+                   "into the pipeline saved at --out, and stop")
+    p.add_argument("--decoder-steps", type=int, default=0,
+                   help="then fine-tune only the VAE decoder for N steps (encoder fixed)")
+    p.add_argument("--vae-edge-weight", type=float, default=4.0,
+                   help="extra loss weight near colour edges in the decoder fine-tuning")
     p.add_argument("--vae-fg-weight", type=float, default=4.0,
                    help="extra loss weight of the shapes' pixels in the VAE stage")
     p.add_argument("--vae-kl", type=float, default=1e-6, help="KL weight of the VAE loss")
@@ -407,6 +448,10 @@ def main():
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     start = time.time()
+    if args.replace_vae:
+        replace_vae(pathlib.Path(args.out), pathlib.Path(args.replace_vae),
+                    getattr(torch, args.dtype))
+        return
 
     log(f"drawing {args.images} images")
     images, captions = make_dataset(args.images, args.seed)
@@ -426,6 +471,11 @@ def main():
     if not keep_vae:
         train_vae(vae, images, args.vae_steps, args.vae_batch, gen, args.vae_lr, args.vae_kl,
                   args.vae_fg_weight)
+    if args.decoder_steps:
+        train_vae(vae, images, args.decoder_steps, args.vae_batch, gen, args.vae_lr,
+                  args.vae_kl, args.vae_fg_weight, decoder_only=True,
+                  edge_weight=args.vae_edge_weight)
+        vae.encoder.requires_grad_(True)
     with torch.no_grad():
         means, stds = [], []
         for i in range(0, len(images), 256):
@@ -442,12 +492,14 @@ def main():
         vae.register_to_config(scaling_factor=round(scale, 4), shift_factor=round(shift, 4))
     log(f"latent shift_factor {shift:.4f} scaling_factor {scale:.4f}")
     if args.vae_only:
+        prev = pathlib.Path(args.vae_from or "/nonexistent") / "vae_recipe.json"
         vae.save_pretrained(pathlib.Path(args.out) / "vae", safe_serialization=True)
         (pathlib.Path(args.out) / "vae_recipe.json").write_text(json.dumps({
             "command": "/work/refvenv/bin/python reference/train_default.py " +
                        " ".join(sys.argv[1:]),
             "args": vars(args), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "seconds": round(time.time() - start, 1)}, indent=2) + "\n")
+            "seconds": round(time.time() - start, 1),
+            "previous": json.loads(prev.read_text()) if prev.exists() else None}, indent=2) + "\n")
         log(f"saved {args.out}/vae in {(time.time() - start) / 60:.1f} min")
         return
     # FLUX latents: (z - shift) * scale, a fresh posterior sample per training step
