@@ -277,7 +277,9 @@ TEST_F(Modes, ReplayMismatchFallsBackToRecording) {
       [&] { return tanh(x * 1.5 + x) - x; },          // another edge
       [&] { return (tanh(x * 1.5 + b) - x) * 3.0; },  // longer
       [&] { return tanh(x * 1.5 + b); },              // shorter
-      [&] { return tanh(x.reshape({40, 3}).transpose(0, 1) * 1.5 + b) - x; },  // other strides
+      [&] {
+        return tanh(x.reshape({40, 3}).transpose(0, 1) * 1.5 + b) - x;
+      },  // other strides
   };
   for (size_t k = 0; k < variants.size(); ++k) {
     set_eager_mode(EagerMode::DeferNever);
@@ -360,7 +362,7 @@ TEST_F(Modes, LaterStepsReplayEverySegmentAndCompileNothing) {
   const Tensor x0 = rnd({2, 48}, DType::f32, 40), b = rnd({48}, DType::f32, 41);
   auto step = [&](Tensor y) {
     for (int i = 0; i < 6; ++i) y = tanh(y * 0.9 + b) + sigmoid(y);  // repeated blocks
-    return x0 + (y - x0) * 0.25;                                       // the scheduler's update
+    return x0 + (y - x0) * 0.25;                                     // the scheduler's update
   };
   set_eager_mode(EagerMode::DeferNever);
   Tensor ref = x0;

@@ -43,7 +43,7 @@ class RepeatWindow {
     // Periods L <= len_ only: j from kMaxPeriod - min(len_, kMaxPeriod) to kMaxPeriod - 3.
     const int32_t j0 = kMaxPeriod - std::min<int32_t>(len_, kMaxPeriod);
     const int32_t back = len_ - kMaxPeriod;  // hist_[back + j] is the op L before
-    int32_t best = 0;                         // max of run + j: >= kMaxPeriod when a period fits
+    int32_t best = 0;                        // max of run + j: >= kMaxPeriod when a period fits
     for (int32_t j = j0; j <= kMaxPeriod - kMinPeriod; ++j) {
       run_[j] = hist_[back + j] == h ? run_[j] + 1 : 0;
       best = std::max(best, run_[j] + j);
@@ -86,9 +86,9 @@ struct Segment {
   std::vector<Node> nodes;  // metadata only: inputs have neither storage nor pending links
   std::vector<const char*> names;
   std::vector<uint64_t> attr_hash, op_hash;
-  std::vector<uint64_t> prefix;     // prefix[i]: structure of nodes 0..i (no liveness)
-  std::vector<int64_t> value_base;  // flat index of each node's output 0; back() = all values
-  std::vector<char> live;           // per flat value: held by the user after the segment
+  std::vector<uint64_t> prefix;      // prefix[i]: structure of nodes 0..i (no liveness)
+  std::vector<int64_t> value_base;   // flat index of each node's output 0; back() = all values
+  std::vector<char> live;            // per flat value: held by the user after the segment
   std::vector<Strides> out_strides;  // per flat value: contiguous strides of its spec
   int64_t n_ext = 0;                 // inputs read from outside the segment
   SegmentReport report;
@@ -116,14 +116,14 @@ struct Segment {
 
 // One segment's runtime arguments, in the template's order.
 struct Bound {
-  std::vector<PrimitivePtr> prims;                    // per node
-  std::vector<std::shared_ptr<Storage>> ext;          // per external input
-  std::vector<std::shared_ptr<PendingOutput>> outs;   // per flat value
+  std::vector<PrimitivePtr> prims;                   // per node
+  std::vector<std::shared_ptr<Storage>> ext;         // per external input
+  std::vector<std::shared_ptr<PendingOutput>> outs;  // per flat value
 };
 
 struct State {
   std::recursive_mutex mu;
-  std::vector<Node> nodes;         // normal recording
+  std::vector<Node> nodes;          // normal recording
   std::vector<uint64_t> op_hashes;  // per recorded node
   uint64_t segment = 1;
   int64_t node_limit = env_int("TESSERA_DEFER_MAX_NODES", 4096);
@@ -531,8 +531,7 @@ void note_ran(State& s, const std::shared_ptr<Segment>& seg, bool hit, bool repl
   detail::note_fused_kernels(seg->plan->fused_kernels);
 }
 
-void execute(State& s, const std::shared_ptr<Segment>& seg, Bound& b, bool hit,
-             bool replayed) {
+void execute(State& s, const std::shared_ptr<Segment>& seg, Bound& b, bool hit, bool replayed) {
   note_ran(s, seg, hit, replayed);
   cpu_stream().synchronize();  // inputs written by queued eager ops
   ++t_executing;
@@ -684,13 +683,11 @@ bool replay_matches(const State& s, const Segment& c, const Primitive& p,
   if (inputs.size() != t.inputs.size() || outputs.size() != t.specs.size()) return false;
   if (device != t.device) return false;
   for (size_t o = 0; o < outputs.size(); ++o)
-    if (outputs[o].dtype != t.specs[o].dtype || outputs[o].shape != t.specs[o].shape)
-      return false;
+    if (outputs[o].dtype != t.specs[o].dtype || outputs[o].shape != t.specs[o].shape) return false;
   for (size_t j = 0; j < inputs.size(); ++j) {
     const TensorImpl& a = *inputs[j].impl();
     const TensorImpl& m = *t.inputs[j].impl();
-    if (a.dtype != m.dtype || a.offset != m.offset || a.shape != m.shape ||
-        a.strides != m.strides)
+    if (a.dtype != m.dtype || a.offset != m.offset || a.shape != m.shape || a.strides != m.strides)
       return false;
     const PendingOutput* po = a.storage ? nullptr : a.pending.get();
     if (po && !po->storage) {

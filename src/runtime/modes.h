@@ -24,13 +24,13 @@ void set_launch_blocking(bool on);
 bool launch_blocking();
 
 struct ModeStats {
-  std::string mode;            // "eager", "defer", "compile" or "compile-regional"
-  int64_t compiles = 0;        // segment plans built (fusion + memory plan)
-  int64_t cache_hits = 0;      // segments that reused a cached plan
-  double compile_seconds = 0;  // time spent building plans
-  int64_t fused_kernels = 0;   // fused kernels run (each replaces two or more ops)
-  int64_t ops_dispatched = 0;  // ops that went through dispatch()
-  int64_t segments = 0;        // deferred segments materialised
+  std::string mode;               // "eager", "defer", "compile" or "compile-regional"
+  int64_t compiles = 0;           // segment plans built (fusion + memory plan)
+  int64_t cache_hits = 0;         // segments that reused a cached plan
+  double compile_seconds = 0;     // time spent building plans
+  int64_t fused_kernels = 0;      // fused kernels run (each replaces two or more ops)
+  int64_t ops_dispatched = 0;     // ops that went through dispatch()
+  int64_t segments = 0;           // deferred segments materialised
   int64_t replayed_segments = 0;  // of which replayed from a cached segment (no nodes built)
   // Compiled mode (runtime/compile.h): compiles/cache_hits above count its programs too;
   // these count only them (deferred segments may run around regional programs).
