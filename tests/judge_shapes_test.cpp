@@ -9,6 +9,7 @@
 #include <string>
 
 #include "io/png.h"
+#include "io_test_folder.h"
 #include "runtime/error.h"
 
 namespace tessera::judge {
@@ -91,8 +92,8 @@ TEST(JudgeShapes, RejectsWrongColourShapeAndEmptyImages) {
 #ifdef TESSERA_JUDGE_PATH
 // The executable: the prompt from the PNG's text chunk, --json, and errors with exit codes.
 TEST(JudgeShapes, CommandLine) {
-  const auto dir = std::filesystem::temp_directory_path() / "tessera_judge_test";
-  std::filesystem::create_directories(dir);
+  tessera::test::TempDir tmp;  // unique per process: ctest runs this binary several times at once
+  const std::filesystem::path dir = tmp.path();
   const std::string png = (dir / "star.png").string();
   const auto img = draw_shapes(64, 64, "yellow", "black", {{"star", 30, 34, 15}});
   write_png(png, img.data(), 64, 64, {{"prompt", "a yellow star on a black background"}});
@@ -118,7 +119,6 @@ TEST(JudgeShapes, CommandLine) {
   EXPECT_NE(out.find("names no known colour and shape"), std::string::npos) << out;
   out = run("", &rc);
   EXPECT_EQ(rc, 2);
-  std::filesystem::remove_all(dir);
 }
 #endif
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io_test_folder.h"
 #include "runtime/error.h"
 #include "test_util.h"
 #include "tokenizers/bpe_tokenizer.h"
@@ -79,8 +80,8 @@ TEST(ClipTokenizer, MatchesTransformersPaddedWithEndOfText) {
 TEST(ClipTokenizer, MatchesTransformersPaddedWithBang) {
   REQUIRE_GOLDEN();
   // SD3's tokenizer_2: the same vocabulary with pad_token "!" (id 0).
-  fs::path dir = fs::temp_directory_path() / "tessera_clip_pad_bang";
-  fs::create_directories(dir);
+  test::TempDir tmp;  // unique per process: ctest runs this binary several times at once
+  const std::filesystem::path dir = tmp.path();
   for (const char* f : {"vocab.json", "merges.txt"})
     fs::copy_file(test::fixture_path(std::string("tokenizers/clip/") + f), dir / f,
                   fs::copy_options::overwrite_existing);
@@ -91,7 +92,6 @@ TEST(ClipTokenizer, MatchesTransformersPaddedWithBang) {
   ClipTokenizer tok = ClipTokenizer::from_folder(dir);
   EXPECT_EQ(tok.pad_id(), 0);
   expect_matches("clip_pad_bang", [&](const std::string& s) { return tok.encode(s); });
-  fs::remove_all(dir);
 }
 
 TEST(T5Tokenizer, MatchesTransformersAt77_256_512) {
@@ -106,13 +106,12 @@ TEST(T5Tokenizer, MatchesTransformersAt77_256_512) {
 
 TEST(T5Tokenizer, WithoutTokenizerJsonUsesT5Layout) {
   REQUIRE_GOLDEN();
-  fs::path dir = fs::temp_directory_path() / "tessera_t5_spiece_only";
-  fs::create_directories(dir);
+  test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path();
   fs::copy_file(test::fixture_path("tokenizers/t5/spiece.model"), dir / "spiece.model",
                 fs::copy_options::overwrite_existing);
   T5Tokenizer tok = T5Tokenizer::from_folder(dir);
   expect_matches("t5_77", [&](const std::string& s) { return tok.encode(s, 77); });
-  fs::remove_all(dir);
 }
 
 TEST(BpeTokenizer, MistralPlainMatchesTransformers) {
@@ -170,8 +169,8 @@ TEST(Tokenizers, RandomUnicodeStringsMatchTransformers) {
 TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
   REQUIRE_GOLDEN();
   // The published Mistral Small 3.x tokenizer.json splits with Llama 3's pattern; swap it in.
-  fs::path dir = fs::temp_directory_path() / "tessera_mistral_llama3";
-  fs::create_directories(dir);
+  test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path();
   json tj = read_json_file(test::fixture_path("tokenizers/mistral/tokenizer.json"));
   std::string pattern = golden().at("mistral_llama3_pattern").get<std::string>();
   tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern;
@@ -199,7 +198,6 @@ TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("\\w+"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
 }
 
 TEST(Tokenizers, ArbitraryBytesDoNotCrash) {
@@ -236,13 +234,12 @@ TEST(Tokenizers, ReportTruncatedTokenCount) {
 
 TEST(T5Tokenizer, TruncatedModelIsAnError) {
   REQUIRE_GOLDEN();
-  fs::path dir = fs::temp_directory_path() / "tessera_t5_truncated";
-  fs::create_directories(dir);
+  test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path();
   std::ifstream in(test::fixture_path("tokenizers/t5/spiece.model"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(dir / "spiece.model", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
   EXPECT_THROW(T5Tokenizer::from_folder(dir), Error);
-  fs::remove_all(dir);
 }
 
 TEST(Tokenizers, BatchToTensors) {
@@ -268,8 +265,8 @@ TEST(Tokenizers, UnicodeNormalisation) {
 }
 
 TEST(Tokenizers, ErrorsNameTheFile) {
-  fs::path dir = fs::temp_directory_path() / "tessera_tok_errors";
-  fs::create_directories(dir);
+  test::TempDir tmp;
+  const std::filesystem::path dir = tmp.path();
   auto message = [](auto fn) {
     try {
       fn();
@@ -292,7 +289,6 @@ TEST(Tokenizers, ErrorsNameTheFile) {
   m = message([&] { T5Tokenizer::from_folder(dir); });
   EXPECT_NE(m.find("spiece.model"), std::string::npos) << m;
   EXPECT_NE(m.find("sentencepiece model"), std::string::npos) << m;
-  fs::remove_all(dir);
 }
 
 }  // namespace
