@@ -144,5 +144,29 @@ TEST(DType, ScalarHelpersMatchGolden) {
   }
 }
 
+// convert_elements' vectorised bf16 <-> f32 loops give the scalar helpers' bits: every bf16 code,
+// and f32 patterns around every rounding tie, NaNs (quieted) and infinities.
+TEST(DType, Bf16F32FastPathsMatchScalarHelpers) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t c = 0; c < 65536; ++c) all[c] = uint16_t(c);
+  std::vector<float> wide(all.size());
+  convert_elements(all.data(), DType::bf16, wide.data(), DType::f32, all.size());
+  for (uint32_t c = 0; c < 65536; ++c) {
+    const float e = bf16_to_f32(uint16_t(c));
+    ASSERT_EQ(std::memcmp(&wide[c], &e, 4), 0) << "bf16 code " << c;
+  }
+  std::vector<float> f;
+  for (uint32_t hi = 0; hi < 65536; hi += 7)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      const uint32_t u = (hi << 16) | lo;
+      float v;
+      std::memcpy(&v, &u, 4);
+      f.push_back(v);
+    }
+  std::vector<uint16_t> narrow(f.size());
+  convert_elements(f.data(), DType::f32, narrow.data(), DType::bf16, f.size());
+  for (size_t k = 0; k < f.size(); ++k) ASSERT_EQ(narrow[k], f32_to_bf16(f[k])) << "at " << k;
+}
+
 }  // namespace
 }  // namespace tessera
