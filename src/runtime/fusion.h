@@ -35,6 +35,8 @@ class FusedKernel final : public Primitive {
       : prog_(std::move(prog)), out_values_(std::move(out_values)), label_(std::move(label)) {}
   const char* name() const override { return label_.c_str(); }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   const std::vector<FusedInstr>& program() const { return prog_; }
   const std::vector<int>& out_values() const { return out_values_; }

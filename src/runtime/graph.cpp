@@ -384,6 +384,8 @@ void prepare_steps(Segment& seg) {
       p.fused = st.fused;
       for (const auto& [i, j] : st.ext_inputs) add_input(p, i, j);
       for (const auto& [i, o] : st.outputs) add_output(p, i, o);
+      if (!st.outputs.empty() && nodes[st.outputs.front().first].device.type == DeviceType::cpu)
+        p.kernel = p.fused->prepare_cpu(p.ins, p.outs);
     }
     for (const auto& [i, o] : st.release) p.release.push_back(seg.value_base[i] + o);
     seg.steps.push_back(std::move(p));
@@ -468,7 +470,10 @@ void run_segment(Segment& seg, Bound& b) {
         for (size_t q = 0; q < p.outs.size(); ++q)
           p.outs[q].impl()->storage = Storage::allocate(p.out_bytes[q], p.device);
         if (p.fused) {
-          p.fused->eval_cpu(p.ins, p.outs);
+          if (p.kernel)
+            p.kernel->run(p.ins, p.outs);
+          else
+            p.fused->eval_cpu(p.ins, p.outs);
         } else {
           Primitive& prim = *b.prims[p.node];
           switch (p.device.type) {

@@ -27,73 +27,122 @@ float* thread_scratch(size_t n) {
 
 }  // namespace
 
-void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-  const Shape& shape = out[0].shape();
-  const int64_t nd = int64_t(shape.size());
-  const int64_t total = shape_numel(shape);
-  if (total == 0) return;
-  const int64_t d = nd ? shape.back() : 1;
-  const int64_t rows = total / d;
-  const size_t nin = in.size(), nval = prog_.size();
+namespace {
 
-  // Operand strides aligned to the output shape (0 where broadcast).
-  std::vector<char> used(nin, 0);
-  for (const auto& i : prog_) {
+// What a fused kernel needs to know about its operand views (shapes, strides, dtypes), apart
+// from where their data is: computed per call by eval_cpu, once by a prepared kernel.
+struct FusedLayout {
+  Shape shape;
+  int64_t nd = 0, total = 0, d = 1, rows = 0;
+  int64_t rpc = 1, block = 1, nblocks = 0;  // rows per chunk, rows per block, blocks
+  size_t nin = 0, nval = 0, per_thread = 0;
+  std::vector<char> used, same_rows, run_rows;
+  std::vector<Strides> st;  // operand strides aligned to the output shape (0 where broadcast)
+  std::vector<DType> dts;
+  std::vector<size_t> ess;
+};
+
+FusedLayout layout_of(const std::vector<FusedInstr>& prog, const std::vector<Tensor>& in,
+                      const std::vector<Tensor>& out) {
+  FusedLayout L;
+  L.shape = out[0].shape();
+  const Shape& shape = L.shape;
+  const int64_t nd = L.nd = int64_t(shape.size());
+  L.total = shape_numel(shape);
+  const int64_t d = L.d = nd ? shape.back() : 1;
+  L.rows = d ? L.total / d : 0;
+  const size_t nin = L.nin = in.size();
+  L.nval = prog.size();
+  L.used.assign(nin, 0);
+  for (const auto& i : prog) {
     if (i.kind == FusedInstr::rowwise) continue;
-    if (i.a.is_input) used[i.a.index] = 1;
-    if (i.kind == FusedInstr::binary && i.b.is_input) used[i.b.index] = 1;
+    if (i.a.is_input) L.used[i.a.index] = 1;
+    if (i.kind == FusedInstr::binary && i.b.is_input) L.used[i.b.index] = 1;
   }
-  std::vector<Strides> st(nin, Strides(size_t(nd), 0));
-  std::vector<const char*> base(nin, nullptr);
-  std::vector<DType> dts(nin, DType::f32);
-  std::vector<size_t> ess(nin, 4);
+  L.st.assign(nin, Strides(size_t(nd), 0));
+  L.dts.assign(nin, DType::f32);
+  L.ess.assign(nin, 4);
   for (size_t k = 0; k < nin; ++k) {
-    if (!used[k]) continue;
+    if (!L.used[k]) continue;
     const Tensor& t = in[k];
     const int64_t lead = nd - t.ndim();
     for (int64_t j = 0; j < nd; ++j) {
       const int64_t tj = j - lead;
-      st[k][j] = (tj < 0 || t.shape()[tj] == 1) ? 0 : t.strides()[tj];
+      L.st[k][j] = (tj < 0 || t.shape()[tj] == 1) ? 0 : t.strides()[tj];
     }
-    base[k] = static_cast<const char*>(t.raw_data());
-    dts[k] = t.dtype();
-    ess[k] = dtype_size(t.dtype());
+    L.dts[k] = t.dtype();
+    L.ess[k] = dtype_size(t.dtype());
   }
   // Per operand: every row reads the same elements (a broadcast row vector: fill its buffer once
   // per call), or rows are contiguous one after another (load a chunk's rows as one run).
-  std::vector<char> same_rows(nin, 0), run_rows(nin, 0);
+  L.same_rows.assign(nin, 0);
+  L.run_rows.assign(nin, 0);
   for (size_t k = 0; k < nin; ++k) {
-    if (!used[k] || nd == 0) continue;
-    bool same = true, run = st[k][nd - 1] == 1;
+    if (!L.used[k] || nd == 0) continue;
+    bool same = true, run = L.st[k][nd - 1] == 1;
     int64_t inner_rows = d;
     for (int64_t j = nd - 2; j >= 0; --j) {
       if (shape[j] > 1) {
-        same = same && st[k][j] == 0;
-        run = run && st[k][j] == inner_rows;
+        same = same && L.st[k][j] == 0;
+        run = run && L.st[k][j] == inner_rows;
       }
       inner_rows *= shape[j];
     }
-    same_rows[k] = same;
-    run_rows[k] = run;
+    L.same_rows[k] = same;
+    L.run_rows[k] = run;
   }
+  // Rows per chunk: whole rows while they fit in one chunk, else one row in column chunks.
+  L.rpc = d < kEwChunk ? kEwChunk / d : 1;
+  L.block = std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1));
+  L.nblocks = (L.rows + L.block - 1) / L.block;
+  L.per_thread = (L.nval + nin) * size_t(kEwChunk);
+  return L;
+}
+
+// Per-thread bookkeeping of run_fused, kept between calls so a run allocates nothing.
+struct FusedThreadState {
+  std::vector<std::vector<char>> scratch;
+  std::vector<int64_t> roff, ls, filled;
+  std::vector<const float*> lp;
+  std::vector<char> loaded;
+};
+
+void run_fused(const std::vector<FusedInstr>& prog_, const std::vector<int>& out_values_,
+               const FusedLayout& L, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  if (L.total == 0) return;
+  const Shape& shape = L.shape;
+  const int64_t nd = L.nd, d = L.d, rows = L.rows;
+  const size_t nin = L.nin, nval = L.nval;
+  const auto& st = L.st;
+  const auto& dts = L.dts;
+  const auto& ess = L.ess;
+  const auto& used = L.used;
+  const auto& same_rows = L.same_rows;
+  const auto& run_rows = L.run_rows;
+  std::vector<const char*> base(nin, nullptr);
+  for (size_t k = 0; k < nin; ++k)
+    if (used[k]) base[k] = static_cast<const char*>(in[k].raw_data());
   std::vector<char*> obase(out.size());
   for (size_t q = 0; q < out.size(); ++q) obase[q] = static_cast<char*>(out[q].raw_data());
 
   const EwKernels& K = ew_kernels();
-  // Rows per chunk: whole rows while they fit in one chunk, else one row in column chunks.
-  const int64_t rpc = d < kEwChunk ? kEwChunk / d : 1;
-  const int64_t block = std::max<int64_t>(1, 16384 / d);
-  const int64_t nblocks = (rows + block - 1) / block;
-  const size_t per_thread = (nval + nin) * size_t(kEwChunk);
-  parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
-    float* vals = thread_scratch(per_thread);
+  const int64_t rpc = L.rpc, block = L.block;
+  parallel_for(L.nblocks, 1, [&](int64_t b0, int64_t b1) {
+    float* vals = thread_scratch(L.per_thread);
     float* bufs = vals + nval * kEwChunk;
-    std::vector<std::vector<char>> scratch(nval);
-    std::vector<int64_t> roff(nin, 0);
-    std::vector<const float*> lp(nin);
-    std::vector<int64_t> ls(nin);
-    std::vector<char> loaded(nin);
-    std::vector<int64_t> filled(nin, -1);  // same-row operands: the chunk start c0 buffered
+    thread_local FusedThreadState ts;
+    if (ts.scratch.size() < nval) ts.scratch.resize(nval);
+    auto& scratch = ts.scratch;
+    auto& roff = ts.roff;
+    auto& lp = ts.lp;
+    auto& ls = ts.ls;
+    auto& loaded = ts.loaded;
+    auto& filled = ts.filled;  // same-row operands: the chunk start c0 buffered
+    roff.assign(nin, 0);
+    lp.assign(nin, nullptr);
+    ls.assign(nin, 0);
+    loaded.assign(nin, 0);
+    filled.assign(nin, -1);
     // Offset (elements) of row r of input k.
     auto row_offset = [&](size_t k, int64_t r) {
       int64_t off = 0, rem = r;
@@ -236,6 +285,31 @@ void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& o
       }
     }
   });
+}
+
+class PreparedFused final : public PreparedKernel {
+ public:
+  PreparedFused(const FusedKernel& k, FusedLayout layout) : k_(k), layout_(std::move(layout)) {}
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    run_fused(k_.program(), k_.out_values(), layout_, in, out);
+  }
+
+ private:
+  const FusedKernel& k_;  // owned by the plan step that owns this kernel
+  FusedLayout layout_;
+};
+
+}  // namespace
+
+void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  run_fused(prog_, out_values_, layout_of(prog_, in, out), in, out);
+}
+
+// The layout depends only on the views, so a program or replayed segment computes it once; the
+// arithmetic is run_fused's either way, so the bits are eval_cpu's.
+std::unique_ptr<PreparedKernel> FusedKernel::prepare_cpu(const std::vector<Tensor>& in,
+                                                         const std::vector<Tensor>& out) {
+  return std::make_unique<PreparedFused>(*this, layout_of(prog_, in, out));
 }
 
 }  // namespace tessera
