@@ -158,16 +158,21 @@ def make_vae():
         mid_block_add_attention=True)
 
 
-def make_models():
+def make_transformer(heads=4, double=2, single=3):
     from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(1)
+    return FluxTransformer2DModel(
+        patch_size=1, in_channels=64, num_layers=double, num_single_layers=single,
+        attention_head_dim=32, num_attention_heads=heads, joint_attention_dim=64,
+        pooled_projection_dim=64, guidance_embeds=True, axes_dims_rope=(8, 12, 12))
+
+
+def make_models():
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     vae = make_vae()
-    torch.manual_seed(1)
-    transformer = FluxTransformer2DModel(
-        patch_size=1, in_channels=64, num_layers=2, num_single_layers=3, attention_head_dim=32,
-        num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=64,
-        guidance_embeds=True, axes_dims_rope=(8, 12, 12))
+    transformer = make_transformer()
     torch.manual_seed(2)
     clip = CLIPTextModel(CLIPTextConfig(
         vocab_size=49408, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -251,7 +256,7 @@ def tokenize(captions):
 
     tok = CLIPTokenizer.from_pretrained(TOKENIZERS / "tokenizer")
     tok2 = T5TokenizerFast.from_pretrained(TOKENIZERS / "tokenizer_2")
-    uniq = sorted(set(captions))
+    uniq = sorted(set(captions) | {""})  # "": the unconditional caption (caption dropout, CFG)
     clip_ids = tok(uniq, padding="max_length", max_length=77, truncation=True,
                    return_tensors="pt").input_ids
     t5 = tok2(uniq, padding="max_length", max_length=MAX_SEQ, truncation=True,
@@ -259,7 +264,8 @@ def tokenize(captions):
     longest = max(len(tok2(u).input_ids) for u in uniq)
     assert longest <= MAX_SEQ, f"caption of {longest} T5 tokens > {MAX_SEQ}"
     index = {u: i for i, u in enumerate(uniq)}
-    return clip_ids, t5.input_ids, torch.tensor([index[c] for c in captions]), longest
+    return (clip_ids, t5.input_ids, torch.tensor([index[c] for c in captions]), longest,
+            index[""])
 
 
 class Ema:
@@ -293,15 +299,28 @@ class Ema:
 
 
 def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, batch, gen,
-              lr=1e-3, ema_decay=0.999, budget_s=None, snapshot=None):
+              lr=1e-3, ema_decay=0.999, budget_s=None, snapshot=None, empty_idx=None,
+              caption_dropout=0.0, teacher=None, guidance_range=(1.0, 6.0), t_shift=1.0):
+    """teacher: guidance distillation (FLUX.1-dev's recipe). The text encoders are frozen (the
+    teacher's), and the transformer learns to predict, for g ~ U[guidance_range] given through its
+    guidance input, the teacher's classifier-free-guided velocity u + g (c - u) (c: the caption,
+    u: the empty caption), so a stock FluxPipeline's guidance_scale gives guided samples."""
     from diffusers import FluxPipeline
 
-    params = list(transformer.parameters()) + list(clip.parameters()) + list(t5.parameters())
+    if teacher is not None:
+        clip.requires_grad_(False); t5.requires_grad_(False); teacher.requires_grad_(False)
+        params = list(transformer.parameters())
+    else:
+        params = (list(transformer.parameters()) + list(clip.parameters()) +
+                  list(t5.parameters()))
     # fused: 5x faster than the default on one thread (the 3.2M-entry CLIP embedding dominates)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.99), fused=True)
-    ema = Ema([transformer, clip, t5], ema_decay) if ema_decay > 0 else None
+    ema_modules = [transformer] if teacher is not None else [transformer, clip, t5]
+    ema = Ema(ema_modules, ema_decay) if ema_decay > 0 else None
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
-    transformer.train(); clip.train(); t5.train()
+    transformer.train()
+    if teacher is None:
+        clip.train(); t5.train()
     lh = latents.shape[2]
     img_ids = FluxPipeline._prepare_latent_image_ids(batch, lh // 2, lh // 2, "cpu", torch.float32)
     txt_ids = torch.zeros(MAX_SEQ, 3)
@@ -316,18 +335,40 @@ def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, 
         idx = torch.randint(0, len(latents), (batch,), generator=gen)
         x0 = latents[idx]
         c = cap_idx[idx]
-        pooled = clip(clip_ids[c]).pooler_output
-        text = t5(t5_ids[c]).last_hidden_state
+        if caption_dropout:  # the empty caption 10% of the time: an unconditional model for CFG
+            drop = torch.rand(batch, generator=gen) < caption_dropout
+            c = torch.where(drop, torch.full_like(c, empty_idx), c)
+        if teacher is not None:
+            with torch.no_grad():
+                both = torch.cat([c, torch.full_like(c, empty_idx)])
+                pooled2 = clip(clip_ids[both]).pooler_output
+                text2 = t5(t5_ids[both]).last_hidden_state
+            pooled, text = pooled2[:batch], text2[:batch]
+        else:
+            pooled = clip(clip_ids[c]).pooler_output
+            text = t5(t5_ids[c]).last_hidden_state
         noise = torch.randn(x0.shape, generator=gen)
         # logit-normal t (as SD3/FLUX training), with 10% uniform so the ends are covered
         t = torch.sigmoid(torch.randn(batch, generator=gen))
         u = torch.rand(batch, generator=gen)
         t = torch.where(torch.rand(batch, generator=gen) < 0.1, u, t)
+        if t_shift != 1.0:  # the sampler's shift of the sigmas (FLUX: exp(mu) from the tokens)
+            t = t_shift * t / (1 + (t_shift - 1) * t)
         tt = t.view(-1, 1, 1, 1)
         xt = (1 - tt) * x0 + tt * noise
         packed = FluxPipeline._pack_latents(xt, batch, 16, lh, lh)
         target = FluxPipeline._pack_latents(noise - x0, batch, 16, lh, lh)
         guidance = torch.rand(batch, generator=gen) * 10.0  # ignored: any --guidance works
+        if teacher is not None:
+            lo, hi = guidance_range
+            guidance = lo + (hi - lo) * torch.rand(batch, generator=gen)
+            with torch.no_grad():  # conditional and unconditional teacher velocities, one batch
+                v = teacher(hidden_states=torch.cat([packed, packed]), timestep=torch.cat([t, t]),
+                            guidance=torch.cat([guidance, guidance]), pooled_projections=pooled2,
+                            encoder_hidden_states=text2, txt_ids=txt_ids,
+                            img_ids=img_ids, return_dict=False)[0]
+                vc, vu = v[:batch], v[batch:]
+                target = vu + guidance.view(-1, 1, 1) * (vc - vu)
         pred = transformer(hidden_states=packed, timestep=t, guidance=guidance,
                            pooled_projections=pooled, encoder_hidden_states=text,
                            txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]
@@ -348,6 +389,7 @@ def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, 
     if ema is not None:
         ema.copy_to_model()
     transformer.eval(); clip.eval(); t5.eval()
+    clip.requires_grad_(True); t5.requires_grad_(True)
     return done, time.time() - t0
 
 
@@ -439,6 +481,21 @@ def main():
     p.add_argument("--vae-fg-weight", type=float, default=4.0,
                    help="extra loss weight of the shapes' pixels in the VAE stage")
     p.add_argument("--vae-kl", type=float, default=1e-6, help="KL weight of the VAE loss")
+    p.add_argument("--caption-dropout", type=float, default=0.0,
+                   help="fraction of training captions replaced by the empty one (CFG's "
+                   "unconditional branch; a teacher for --distill-guidance needs it)")
+    p.add_argument("--distill-guidance", action="store_true",
+                   help="guidance distillation: the --resume folder is the teacher (trained "
+                   "with --caption-dropout) and the student's initialisation; the student "
+                   "learns its classifier-free-guided velocity for g ~ U[--guidance-range] "
+                   "through the guidance input; text encoders frozen")
+    p.add_argument("--guidance-range", type=float, nargs=2, default=[1.0, 6.0])
+    p.add_argument("--t-shift", type=float, default=1.0,
+                   help="shift the training t as the sampler shifts its sigmas (16 image "
+                   "tokens: exp(mu) = 1.58)")
+    p.add_argument("--new-transformer", type=int, nargs=3, metavar=("HEADS", "DOUBLE", "SINGLE"),
+                   help="with --resume: a fresh transformer of HEADS x 32 width and DOUBLE + "
+                   "SINGLE blocks; the VAE and text encoders come from the --resume folder")
     p.add_argument("--vae-only", action="store_true",
                    help="train only the VAE and save it to OUT/vae (stage 1 on its own)")
     p.add_argument("--vae-from", help="take the trained VAE (and its latent scale/shift) from "
@@ -455,7 +512,7 @@ def main():
 
     log(f"drawing {args.images} images")
     images, captions = make_dataset(args.images, args.seed)
-    clip_ids, t5_ids, cap_idx, longest = tokenize(captions)
+    clip_ids, t5_ids, cap_idx, longest, empty_idx = tokenize(captions)
     log(f"{len(set(captions))} distinct captions, longest {longest} T5 tokens")
     vae, transformer, clip, t5 = make_models() if not args.resume else load_models(args.resume)
     if args.vae_from:
@@ -463,10 +520,19 @@ def main():
 
         vae = AutoencoderKL.from_pretrained(pathlib.Path(args.vae_from) / "vae",
                                             torch_dtype=torch.float32)
+    if args.new_transformer:
+        assert args.resume, "[train_default] --new-transformer needs --resume FOLDER"
+        transformer = make_transformer(*args.new_transformer)
     keep_vae = bool(args.resume or args.vae_from)
     for name, m in [("vae", vae), ("transformer", transformer), ("clip", clip), ("t5", t5)]:
         log(f"{name}: {sum(x.numel() for x in m.parameters()) / 1e6:.2f}M parameters")
 
+    teacher = None
+    if args.distill_guidance:
+        import copy
+
+        assert args.resume, "[train_default] --distill-guidance needs --resume TEACHER_FOLDER"
+        teacher = copy.deepcopy(transformer).eval()
     gen = torch.Generator().manual_seed(args.seed)
     if not keep_vae:
         train_vae(vae, images, args.vae_steps, args.vae_batch, gen, args.vae_lr, args.vae_kl,
@@ -529,7 +595,8 @@ def main():
         transformer, clip, t5, Latents(), cap_idx, clip_ids, t5_ids, args.dit_steps,
         args.dit_batch, gen, args.dit_lr, args.ema,
         args.dit_minutes * 60 if args.dit_minutes else None,
-        (args.snapshot_every, save_snapshot) if args.snapshot_every else None)
+        (args.snapshot_every, save_snapshot) if args.snapshot_every else None,
+        empty_idx, args.caption_dropout, teacher, tuple(args.guidance_range), args.t_shift)
 
     out = pathlib.Path(args.out)
     save_pipeline(out, vae, transformer, clip, t5, getattr(torch, args.dtype))
@@ -544,6 +611,9 @@ def main():
         "held_out": [list(t) for t in HELD_OUT], "max_sequence_length": MAX_SEQ,
         "height": SIZE, "width": SIZE,
     }
+    prev = pathlib.Path(args.resume or "/nonexistent") / "training_recipe.json"
+    if prev.exists():  # a continued run: the recipe of the folder it started from
+        recipe["previous"] = json.loads(prev.read_text())
     vae_recipe = pathlib.Path(args.vae_from or "/nonexistent") / "vae_recipe.json"
     if vae_recipe.exists():  # the two-stage run: how its VAE was trained
         recipe["vae_stage"] = json.loads(vae_recipe.read_text())
