@@ -76,8 +76,10 @@ std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
   return outs;
 }
 
-Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, const TensorSpec& output) {
-  return dispatch(std::move(p), inputs, {output})[0];
+Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, TensorSpec output) {
+  std::vector<TensorSpec> outputs;  // the spec moved in: no copy of its shape per op
+  outputs.push_back(std::move(output));
+  return std::move(dispatch(std::move(p), inputs, outputs)[0]);
 }
 
 DispatchStats dispatch_stats() { return {g_ops_dispatched.load()}; }

@@ -63,7 +63,7 @@ using PrimitivePtr = std::shared_ptr<Primitive>;
 // tessera goes through here, so this is where the execution modes hook in.
 std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
                              const std::vector<TensorSpec>& outputs);
-Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, const TensorSpec& output);
+Tensor dispatch1(PrimitivePtr p, const std::vector<Tensor>& inputs, TensorSpec output);
 
 // Counters for the execution-mode statistics.
 struct DispatchStats {

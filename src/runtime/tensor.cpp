@@ -117,7 +117,13 @@ void* Tensor::raw_data() const {
 }
 
 static Tensor with_view(const Tensor& t, Shape shape, Strides strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>(*t.impl());
+  // Field by field: copying the whole TensorImpl would copy the shape and strides it replaces.
+  const TensorImpl& src = *t.impl();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = src.storage;
+  impl->pending = src.pending;
+  impl->dtype = src.dtype;
+  impl->device = src.device;
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
   impl->offset = offset;

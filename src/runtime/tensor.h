@@ -21,6 +21,7 @@ Strides contiguous_strides(const Shape& s);
 
 struct PendingOutput;  // runtime/graph.h: the recorded op output a pending tensor views
 
+// with_view (tensor.cpp) copies these fields one by one: a new field must be added there too.
 struct TensorImpl {
   std::shared_ptr<Storage> storage;  // null while pending (deferred/compiled modes)
   std::shared_ptr<PendingOutput> pending;  // set while storage is null in deferred mode
