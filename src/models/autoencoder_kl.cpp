@@ -188,8 +188,9 @@ std::unique_ptr<AutoencoderKL> AutoencoderKL::from_pretrained(const std::string&
   const RenamedWeightSource source(
       checkpoint,
       [&](const std::string& n) {
-        return checkpoint.contains(n) ? n
-                                      : renamed_attention(n, kNewAttentionNames, kOldAttentionNames);
+        return checkpoint.contains(n)
+                   ? n
+                   : renamed_attention(n, kNewAttentionNames, kOldAttentionNames);
       },
       [](const std::string& n) {
         return renamed_attention(n, kOldAttentionNames, kNewAttentionNames);
@@ -220,6 +221,14 @@ Tensor AutoencoderKL::decode(const Tensor& z, std::map<std::string, Tensor>* cap
                 ", h, w), got ", z.describe());
   TESSERA_CHECK(z.dtype() == dtype_, "[AutoencoderKL.decode] z is ", dtype_name(z.dtype()),
                 " but the model is ", dtype_name(dtype_), "; convert it first");
+  if (capture || !compiled_function() || compiled_function()->regional())
+    return decode_eager(z, capture);
+  return call_compiled({z}, [&](const std::vector<Tensor>& x) {
+    return std::vector<Tensor>{decode_eager(x[0], nullptr)};
+  })[0];
+}
+
+Tensor AutoencoderKL::decode_eager(const Tensor& z, std::map<std::string, Tensor>* capture) const {
   Tensor h = z;
   if (post_quant_conv) {
     h = (*post_quant_conv)(h);

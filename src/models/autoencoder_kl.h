@@ -72,6 +72,7 @@ class AutoencoderKL : public Module {
   // for 4 blocks. With `capture`, records post_quant_conv (when present) and decoder.conv_in,
   // decoder.mid_block (and .resnets.N / .attentions.0), decoder.up_blocks.N,
   // decoder.conv_norm_out, decoder.conv_out.
+  // After compile(), a call without `capture` runs one program per latent shape and dtype.
   Tensor decode(const Tensor& z, std::map<std::string, Tensor>* capture = nullptr) const;
   // sample (B, in_channels, H, W) -> the latent distribution. With `capture`, records
   // encoder.conv_in, encoder.down_blocks.N, encoder.mid_block (...), encoder.conv_norm_out,
@@ -93,6 +94,8 @@ class AutoencoderKL : public Module {
   Tensor bn_running_mean, bn_running_var;
 
  private:
+  Tensor decode_eager(const Tensor& z, std::map<std::string, Tensor>* capture) const;
+
   AutoencoderKLConfig config_;
   DType dtype_ = DType::f32;
 };

@@ -240,6 +240,41 @@ CLIPTextOutput CLIPTextTransformer::forward(const Tensor& input_ids,
 
 }  // namespace clip
 
+namespace {
+
+// A CLIP text model's forward through its compiled program, when compile() was called and no
+// activations are captured: ids and the optional mask are the inputs; pooler_output,
+// text_embeds (`projected` models) and hidden_states come back as extra outputs. `compiled` is
+// the model's call_compiled.
+template <typename Model, typename Eager, typename Compiled>
+CLIPTextOutput clip_forward(const Model& m, bool projected, const Tensor& input_ids,
+                            std::map<std::string, Tensor>* capture,
+                            const CLIPTextForwardOptions& options, Eager&& eager,
+                            Compiled&& compiled) {
+  if (capture || !m.compiled_function() || m.compiled_function()->regional())
+    return eager(input_ids, capture, options);
+  const auto outs = compiled(
+      std::vector<Tensor>{input_ids, options.attention_mask},
+      [&](const std::vector<Tensor>& x) {
+        CLIPTextForwardOptions o = options;
+        o.attention_mask = x[1];
+        CLIPTextOutput r = eager(x[0], nullptr, o);
+        std::vector<Tensor> v{r.last_hidden_state, r.pooler_output};
+        if (projected) v.push_back(r.text_embeds);
+        v.insert(v.end(), r.hidden_states.begin(), r.hidden_states.end());
+        return v;
+      },
+      options.output_hidden_states ? 1 : 0);
+  CLIPTextOutput r;
+  r.last_hidden_state = outs[0];
+  r.pooler_output = outs[1];
+  if (projected) r.text_embeds = outs[2];
+  r.hidden_states.assign(outs.begin() + (projected ? 3 : 2), outs.end());
+  return r;
+}
+
+}  // namespace
+
 CLIPTextModel::CLIPTextModel(const CLIPTextConfig& c) : text_model(c) {
   register_module("text_model", &text_model);
 }
@@ -254,7 +289,14 @@ std::unique_ptr<CLIPTextModel> CLIPTextModel::from_pretrained(const std::string&
 CLIPTextOutput CLIPTextModel::forward(const Tensor& input_ids,
                                       std::map<std::string, Tensor>* capture,
                                       const CLIPTextForwardOptions& options) const {
-  return text_model.forward(input_ids, options, capture, kTextModelPrefix);
+  return clip_forward(
+      *this, false, input_ids, capture, options,
+      [&](const Tensor& ids, std::map<std::string, Tensor>* cap, const CLIPTextForwardOptions& o) {
+        return text_model.forward(ids, o, cap, kTextModelPrefix);
+      },
+      [&](const std::vector<Tensor>& in, const CompiledFunction::Fn& body, int64_t variant) {
+        return call_compiled(in, body, variant);
+      });
 }
 
 CLIPTextModelWithProjection::CLIPTextModelWithProjection(const CLIPTextConfig& c)
@@ -274,10 +316,17 @@ std::unique_ptr<CLIPTextModelWithProjection> CLIPTextModelWithProjection::from_p
 CLIPTextOutput CLIPTextModelWithProjection::forward(const Tensor& input_ids,
                                                     std::map<std::string, Tensor>* capture,
                                                     const CLIPTextForwardOptions& options) const {
-  CLIPTextOutput out = text_model.forward(input_ids, options, capture, kTextModelPrefix);
-  out.text_embeds = text_projection(out.pooler_output);
-  if (capture) (*capture)["text_projection"] = out.text_embeds;
-  return out;
+  return clip_forward(
+      *this, true, input_ids, capture, options,
+      [&](const Tensor& ids, std::map<std::string, Tensor>* cap, const CLIPTextForwardOptions& o) {
+        CLIPTextOutput out = text_model.forward(ids, o, cap, kTextModelPrefix);
+        out.text_embeds = text_projection(out.pooler_output);
+        if (cap) (*cap)["text_projection"] = out.text_embeds;
+        return out;
+      },
+      [&](const std::vector<Tensor>& in, const CompiledFunction::Fn& body, int64_t variant) {
+        return call_compiled(in, body, variant);
+      });
 }
 
 }  // namespace tessera

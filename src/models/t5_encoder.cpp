@@ -234,6 +234,29 @@ std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const std::strin
 T5EncoderOutput T5EncoderModel::forward(const Tensor& input_ids,
                                         std::map<std::string, Tensor>* capture,
                                         const T5EncoderForwardOptions& options) const {
+  if (capture || !compiled_function() || compiled_function()->regional())
+    return forward_eager(input_ids, capture, options);
+  // Compiled: ids and the optional mask are the program's inputs; hidden_states extra outputs.
+  const auto outs = call_compiled(
+      {input_ids, options.attention_mask},
+      [&](const std::vector<Tensor>& x) {
+        T5EncoderForwardOptions o = options;
+        o.attention_mask = x[1];
+        T5EncoderOutput r = forward_eager(x[0], nullptr, o);
+        std::vector<Tensor> v{r.last_hidden_state};
+        v.insert(v.end(), r.hidden_states.begin(), r.hidden_states.end());
+        return v;
+      },
+      options.output_hidden_states ? 1 : 0);
+  T5EncoderOutput r;
+  r.last_hidden_state = outs[0];
+  r.hidden_states.assign(outs.begin() + 1, outs.end());
+  return r;
+}
+
+T5EncoderOutput T5EncoderModel::forward_eager(const Tensor& input_ids,
+                                              std::map<std::string, Tensor>* capture,
+                                              const T5EncoderForwardOptions& options) const {
   auto record = [&](const std::string& name, const Tensor& t) {
     if (capture) (*capture)[name] = t;
   };

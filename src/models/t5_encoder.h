@@ -117,6 +117,8 @@ class T5EncoderModel : public Module {
   // input_ids (B, L) i64. With `capture`, records the activations the goldens name:
   // encoder.embed_tokens, encoder.block.N(.position_bias), encoder.block.N.layer.0
   // (.position_bias), encoder.final_layer_norm.
+  // After compile(), a call without `capture` runs one program per input signature (ids, mask,
+  // output_hidden_states).
   T5EncoderOutput forward(const Tensor& input_ids, std::map<std::string, Tensor>* capture = nullptr,
                           const T5EncoderForwardOptions& options = {}) const;
   DType dtype() const { return dtype_; }
@@ -128,6 +130,9 @@ class T5EncoderModel : public Module {
   nn::RMSNorm final_layer_norm;                     // "encoder.final_layer_norm"
 
  private:
+  T5EncoderOutput forward_eager(const Tensor& input_ids, std::map<std::string, Tensor>* capture,
+                                const T5EncoderForwardOptions& options) const;
+
   DType dtype_ = DType::f32;
 };
 
