@@ -300,7 +300,8 @@ class Ema:
 
 def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, batch, gen,
               lr=1e-3, ema_decay=0.999, budget_s=None, snapshot=None, empty_idx=None,
-              caption_dropout=0.0, teacher=None, guidance_range=(1.0, 6.0), t_shift=1.0):
+              caption_dropout=0.0, teacher=None, guidance_range=(1.0, 6.0), t_shift=1.0,
+              stop_at=None):
     """teacher: guidance distillation (FLUX.1-dev's recipe). The text encoders are frozen (the
     teacher's), and the transformer learns to predict, for g ~ U[guidance_range] given through its
     guidance input, the teacher's classifier-free-guided velocity u + g (c - u) (c: the caption,
@@ -331,6 +332,10 @@ def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, 
         if budget_s is not None and time.time() - t0 > budget_s:
             done = step  # a safety stop on a slower machine: the averaged weights are kept
             log(f"dit stopped by the time budget at step {step}/{steps}")
+            break
+        if stop_at is not None and step == stop_at:  # replays a run the time budget stopped
+            done = step
+            log(f"dit stopped at step {step}/{steps} (--dit-stop-at)")
             break
         idx = torch.randint(0, len(latents), (batch,), generator=gen)
         x0 = latents[idx]
@@ -469,6 +474,9 @@ def main():
                    help="EMA decay of the transformer and text-encoder weights (0: raw weights)")
     p.add_argument("--dit-minutes", type=float,
                    help="stop the transformer stage after this many minutes (a safety limit)")
+    p.add_argument("--dit-stop-at", type=int,
+                   help="stop the transformer stage before step N of the --dit-steps schedule "
+                   "(the step a --dit-minutes budget stopped a recorded run at)")
     p.add_argument("--snapshot-every", type=int, default=0,
                    help="every N transformer steps, save the averaged weights to OUT.snapshot")
     p.add_argument("--vae-lr", type=float, default=1e-3)
@@ -596,7 +604,8 @@ def main():
         args.dit_batch, gen, args.dit_lr, args.ema,
         args.dit_minutes * 60 if args.dit_minutes else None,
         (args.snapshot_every, save_snapshot) if args.snapshot_every else None,
-        empty_idx, args.caption_dropout, teacher, tuple(args.guidance_range), args.t_shift)
+        empty_idx, args.caption_dropout, teacher, tuple(args.guidance_range), args.t_shift,
+        args.dit_stop_at)
 
     out = pathlib.Path(args.out)
     save_pipeline(out, vae, transformer, clip, t5, getattr(torch, args.dtype))
