@@ -81,7 +81,7 @@ TEST(ClipTokenizer, MatchesTransformersPaddedWithBang) {
   REQUIRE_GOLDEN();
   // SD3's tokenizer_2: the same vocabulary with pad_token "!" (id 0).
   test::TempDir tmp;  // unique per process: ctest runs this binary several times at once
-  const std::filesystem::path dir = tmp.path();
+  const fs::path dir = tmp.path();
   for (const char* f : {"vocab.json", "merges.txt"})
     fs::copy_file(test::fixture_path(std::string("tokenizers/clip/") + f), dir / f,
                   fs::copy_options::overwrite_existing);
@@ -107,7 +107,7 @@ TEST(T5Tokenizer, MatchesTransformersAt77_256_512) {
 TEST(T5Tokenizer, WithoutTokenizerJsonUsesT5Layout) {
   REQUIRE_GOLDEN();
   test::TempDir tmp;
-  const std::filesystem::path dir = tmp.path();
+  const fs::path dir = tmp.path();
   fs::copy_file(test::fixture_path("tokenizers/t5/spiece.model"), dir / "spiece.model",
                 fs::copy_options::overwrite_existing);
   T5Tokenizer tok = T5Tokenizer::from_folder(dir);
@@ -170,7 +170,7 @@ TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
   REQUIRE_GOLDEN();
   // The published Mistral Small 3.x tokenizer.json splits with Llama 3's pattern; swap it in.
   test::TempDir tmp;
-  const std::filesystem::path dir = tmp.path();
+  const fs::path dir = tmp.path();
   json tj = read_json_file(test::fixture_path("tokenizers/mistral/tokenizer.json"));
   std::string pattern = golden().at("mistral_llama3_pattern").get<std::string>();
   tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern;
@@ -235,7 +235,7 @@ TEST(Tokenizers, ReportTruncatedTokenCount) {
 TEST(T5Tokenizer, TruncatedModelIsAnError) {
   REQUIRE_GOLDEN();
   test::TempDir tmp;
-  const std::filesystem::path dir = tmp.path();
+  const fs::path dir = tmp.path();
   std::ifstream in(test::fixture_path("tokenizers/t5/spiece.model"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(dir / "spiece.model", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
@@ -266,7 +266,7 @@ TEST(Tokenizers, UnicodeNormalisation) {
 
 TEST(Tokenizers, ErrorsNameTheFile) {
   test::TempDir tmp;
-  const std::filesystem::path dir = tmp.path();
+  const fs::path dir = tmp.path();
   auto message = [](auto fn) {
     try {
       fn();

@@ -221,7 +221,7 @@ Tensor AutoencoderKL::decode(const Tensor& z, std::map<std::string, Tensor>* cap
                 ", h, w), got ", z.describe());
   TESSERA_CHECK(z.dtype() == dtype_, "[AutoencoderKL.decode] z is ", dtype_name(z.dtype()),
                 " but the model is ", dtype_name(dtype_), "; convert it first");
-  if (capture || !compiled_function() || compiled_function()->regional())
+  if (capture || !compiled_whole())
     return decode_eager(z, capture);
   return call_compiled({z}, [&](const std::vector<Tensor>& x) {
     return std::vector<Tensor>{decode_eager(x[0], nullptr)};

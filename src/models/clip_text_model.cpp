@@ -251,7 +251,7 @@ CLIPTextOutput clip_forward(const Model& m, bool projected, const Tensor& input_
                             std::map<std::string, Tensor>* capture,
                             const CLIPTextForwardOptions& options, Eager&& eager,
                             Compiled&& compiled) {
-  if (capture || !m.compiled_function() || m.compiled_function()->regional())
+  if (capture || !m.compiled_whole())
     return eager(input_ids, capture, options);
   const auto outs = compiled(
       std::vector<Tensor>{input_ids, options.attention_mask},

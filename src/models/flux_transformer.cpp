@@ -147,7 +147,7 @@ std::vector<std::string> FluxTransformer2DModel::capture_names() const {
 
 Tensor FluxTransformer2DModel::forward(const FluxTransformerInputs& in,
                                        std::map<std::string, Tensor>* capture) const {
-  if (!compiled_function() || compiled_function()->regional()) return forward_eager(in, capture);
+  if (!compiled_whole()) return forward_eager(in, capture);
   // Compiled: the inputs are the program's inputs; captured activations are extra outputs.
   const std::vector<std::string> names = capture ? capture_names() : std::vector<std::string>{};
   const auto outs = call_compiled(

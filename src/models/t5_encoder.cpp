@@ -234,7 +234,7 @@ std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const std::strin
 T5EncoderOutput T5EncoderModel::forward(const Tensor& input_ids,
                                         std::map<std::string, Tensor>* capture,
                                         const T5EncoderForwardOptions& options) const {
-  if (capture || !compiled_function() || compiled_function()->regional())
+  if (capture || !compiled_whole())
     return forward_eager(input_ids, capture, options);
   // Compiled: ids and the optional mask are the program's inputs; hidden_states extra outputs.
   const auto outs = call_compiled(

@@ -94,6 +94,8 @@ class Module {
   // Programs built per compiled function in this tree (its name: the class), for tests/reports.
   std::map<std::string, int64_t> compiled_programs() const;
   const std::shared_ptr<CompiledFunction>& compiled_function() const { return compiled_; }
+  // compile() (not compile_repeated_blocks) was called here: the whole forward is one program.
+  bool compiled_whole() const { return compiled_ && !compiled_->regional(); }
 
   void set_forward_hook(std::shared_ptr<ForwardHook> hook) { hook_ = std::move(hook); }
   ForwardHook* forward_hook() const { return hook_.get(); }

@@ -107,7 +107,7 @@ struct FusedThreadState {
   std::vector<char> loaded;
 };
 
-void run_fused(const std::vector<FusedInstr>& prog_, const std::vector<int>& out_values_,
+void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_values,
                const FusedLayout& L, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   if (L.total == 0) return;
   const Shape& shape = L.shape;
@@ -155,7 +155,7 @@ void run_fused(const std::vector<FusedInstr>& prog_, const std::vector<int>& out
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
       for (size_t v = 0; v < nval; ++v) {
-        const FusedInstr& I = prog_[v];
+        const FusedInstr& I = prog[v];
         if (I.kind != FusedInstr::rowwise) continue;
         scratch[v].resize(size_t((r1 - r0) * d) * dtype_size(I.dtype));
         std::vector<Tensor> rin;
@@ -241,7 +241,7 @@ void run_fused(const std::vector<FusedInstr>& prog_, const std::vector<int>& out
             *s = ls[k];
           };
           for (size_t v = 0; v < nval; ++v) {
-            const FusedInstr& I = prog_[v];
+            const FusedInstr& I = prog[v];
             float* o = vals + v * kEwChunk;
             const float *pa = nullptr, *pb = nullptr;
             int64_t sa = 0, sb = 0;
@@ -278,8 +278,8 @@ void run_fused(const std::vector<FusedInstr>& prog_, const std::vector<int>& out
           }
           for (size_t q = 0; q < out.size(); ++q) {
             const size_t es = dtype_size(out[q].dtype());
-            ew_store(vals + size_t(out_values_[q]) * kEwChunk,
-                     obase[q] + (r * d + c0) * int64_t(es), out[q].dtype(), n);
+            ew_store(vals + size_t(out_values[q]) * kEwChunk, obase[q] + (r * d + c0) * int64_t(es),
+                     out[q].dtype(), n);
           }
         }
       }
