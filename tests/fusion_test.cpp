@@ -148,6 +148,70 @@ TEST_F(Fusion, NarrowRowsManyPerChunkMatchEager) {
   }
 }
 
+TEST_F(Fusion, InterleavedChainsOfTwoShapesAreTwoKernels) {
+  // FLUX's image and text streams: the same norm -> modulate chain on two token counts, issued
+  // op by op in turn. Each chain is one kernel although the other's ops arrive in between.
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor img = rnd({1, 16, 32}, dt, 11), txt = rnd({1, 24, 32}, dt, 12);
+    const Tensor s1 = rnd({1, 1, 32}, dt, 13), s2 = rnd({1, 1, 32}, dt, 14);
+    auto f = [&] {
+      const Tensor a = layer_norm(img, Tensor(), Tensor(), 1e-6);
+      const Tensor b = layer_norm(txt, Tensor(), Tensor(), 1e-6);
+      const Tensor a2 = a * s1;
+      const Tensor b2 = b * s2;
+      return std::vector<Tensor>{a2 + s2, b2 + s1};
+    };
+    const auto ref = f();
+    set_eager_mode(EagerMode::DeferAndFuse);
+    const auto out = f();
+    synchronize();
+    const SegmentReport r = last_segment_report();
+    set_eager_mode(EagerMode::DeferNever);
+    EXPECT_EQ(r.nodes, 6);
+    EXPECT_EQ(r.kernels, 2);
+    EXPECT_EQ(r.fused_kernels, 2);
+    EXPECT_EQ(r.allocations, 2);
+    EXPECT_TRUE(test::bit_equal(out[0], ref[0]));
+    EXPECT_TRUE(test::bit_equal(out[1], ref[1]));
+  }
+}
+
+TEST_F(Fusion, AstypeJoinsTheNormBeforeIt) {
+  // FLUX's q/k RMSNorm: bf16 in, an f32 weight, f32 out, rounded back to bf16 by astype. The
+  // f32 intermediate is never written; the two norms side by side stay two kernels.
+  const Tensor q = rnd({1, 10, 2, 16}, DType::bf16, 15), k = rnd({1, 10, 2, 16}, DType::bf16, 16);
+  const Tensor w = rnd({16}, DType::f32, 17);
+  auto f = [&] {
+    return std::vector<Tensor>{astype(rms_norm(q, w, 1e-6), DType::bf16),
+                               astype(rms_norm(k, w, 1e-6), DType::bf16)};
+  };
+  const auto ref = f();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const auto out = f();
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  EXPECT_EQ(r.nodes, 4);
+  EXPECT_EQ(r.fused_kernels, 1);  // fused(rms_norm, copy, rms_norm, copy)
+  EXPECT_EQ(r.allocations, 2);
+  EXPECT_TRUE(test::bit_equal(out[0], ref[0]));
+  EXPECT_TRUE(test::bit_equal(out[1], ref[1]));
+  // Norms with nothing to fuse after them stay on their own (prepared) kernels.
+  auto g = [&] {
+    return std::vector<Tensor>{rms_norm(q, Tensor(), 1e-6), rms_norm(k, Tensor(), 1e-6)};
+  };
+  const auto ref2 = g();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const auto out2 = g();
+  synchronize();
+  const SegmentReport r2 = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  EXPECT_EQ(r2.kernels, 2);
+  EXPECT_EQ(r2.fused_kernels, 0);
+  EXPECT_TRUE(test::bit_equal(out2[0], ref2[0]));
+  EXPECT_TRUE(test::bit_equal(out2[1], ref2[1]));
+}
+
 TEST_F(Fusion, FusionOffRunsEveryOp) {
   const Tensor x = rnd({5, 5}, DType::bf16, 10);
   set_fusion_enabled(false);

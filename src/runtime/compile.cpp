@@ -23,7 +23,7 @@ using namespace graph_detail;
 
 namespace {
 
-constexpr int kPlanFormat = 1;  // bump when the plan file layout or planning rules change
+constexpr int kPlanFormat = 2;  // bump when the plan file layout or planning rules change
 
 // A host read of a traced tensor: fullgraph=false turns it into an eager fallback.
 class GraphBreak : public Error {

@@ -1,5 +1,6 @@
 #include "runtime/fusion.h"
 
+#include "ops/copy.h"
 #include "ops/norm.h"
 #include "runtime/error.h"
 
@@ -38,6 +39,13 @@ bool is_fusible(const Primitive& p, const std::vector<Tensor>& inputs,
   if (auto* s = dynamic_cast<const BinaryScalar*>(&p))
     return inputs.size() == 1 && s->op() != BinaryOp::pow;
   if (dynamic_cast<const Unary*>(&p)) return inputs.size() == 1;
+  if (dynamic_cast<const Copy*>(&p)) {
+    // astype (FLUX's f32 q/k norms rounded back to bf16): rows of the source must be read as
+    // runs; a transposing copy stays a kernel of its own.
+    const Tensor& x = inputs[0];
+    return inputs.size() == 1 && x.ndim() >= 1 &&
+           (x.strides().back() == 1 || x.shape().back() == 1);
+  }
   if (dynamic_cast<const LayerNorm*>(&p) || dynamic_cast<const RmsNorm*>(&p)) {
     const Tensor& x = inputs[0];
     if (x.ndim() < 1 || x.shape().back() == 0 || !x.is_contiguous()) return false;
@@ -66,6 +74,9 @@ void append_fused_instr(std::vector<FusedInstr>& prog, const PrimitivePtr& p,
   } else if (auto* u = dynamic_cast<const Unary*>(p.get())) {
     ins.kind = FusedInstr::unary;
     ins.uop = u->op();
+    ins.a = operands[0];
+  } else if (dynamic_cast<const Copy*>(p.get())) {
+    ins.kind = FusedInstr::convert;
     ins.a = operands[0];
   } else {
     ins.kind = FusedInstr::rowwise;

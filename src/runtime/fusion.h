@@ -1,6 +1,7 @@
-// The fusion pass of deferred mode: chains of elementwise ops of one shape (and row-wise norms
-// feeding them) become one FusedKernel primitive that evaluates a small program per chunk of
-// rows, rounding each value where the unfused op would store it (so results are bit-identical).
+// The fusion pass of deferred and compiled mode: chains of elementwise ops and astype of one
+// shape (and row-wise norms feeding them) become one FusedKernel primitive that evaluates a small
+// program per chunk of rows, rounding each value where the unfused op would store it (so results
+// are bit-identical).
 #pragma once
 #include <string>
 #include <vector>
@@ -16,7 +17,8 @@ struct FusedOperand {
 };
 
 struct FusedInstr {
-  enum Kind : uint8_t { binary, binary_scalar, unary, rowwise } kind = binary;
+  // convert: astype / contiguous (Copy): the operand rounded to the output dtype.
+  enum Kind : uint8_t { binary, binary_scalar, unary, rowwise, convert } kind = binary;
   BinaryOp bop = BinaryOp::add;
   UnaryOp uop = UnaryOp::neg;
   float scalar = 0.f;

@@ -183,44 +183,71 @@ Grouping group_nodes(const std::vector<Node>& nodes, bool fuse) {
                  is_fusible(*nodes[i].prim, nodes[i].inputs, nodes[i].specs, &rw);
     rowwise[i] = rw;
   }
-  // Groups: one open group at a time. A node joins when it has the group's shape and reads
-  // group values only directly; a node that depends on the group otherwise closes it; an
-  // independent node runs before the group (emitted where the group closes), so no cycles.
-  Grouping order;  // emitted units: one node or one group
-  std::vector<int64_t> open;
-  int64_t open_id = 0;
-  Shape open_shape;
-  auto close = [&] {
-    if (!open.empty()) order.push_back(open);
-    open.clear();
-    ++open_id;
+  // Groups: several open at once, one per chain (FLUX's image and text streams interleave
+  // chains of different shapes). A node joins an open group of its shape when it reads that
+  // group's values only directly (or none); every other open group it reads from is closed
+  // (emitted) first. Open groups never read each other (reading one closes it), and a node
+  // emitted on its own reads no open group, so emitting a group where it closes keeps the order
+  // a valid schedule.
+  struct Open {
+    std::vector<int64_t> members;
+    Shape shape;
+    int64_t id;
+  };
+  constexpr size_t kMaxOpen = 4;  // bounds planning work; the oldest closes first
+  Grouping order;                 // emitted units: one node or one group
+  std::vector<Open> open;
+  int64_t next_id = 0;
+  std::vector<char> dep, direct;
+  auto close_at = [&](size_t g) {
+    // Row-wise ops alone (q and k norms side by side) gain nothing from one kernel and would
+    // lose their prepared kernels: they stay steps of their own.
+    bool all_rowwise = true;
+    for (int64_t m : open[g].members) all_rowwise = all_rowwise && rowwise[m];
+    if (all_rowwise && open[g].members.size() > 1) {
+      for (int64_t m : open[g].members) order.push_back({m});
+    } else {
+      order.push_back(std::move(open[g].members));
+    }
+    open.erase(open.begin() + int64_t(g));
   };
   for (int64_t i = 0; i < nn; ++i) {
     const Node& n = nodes[i];
-    bool dep = false, direct_only = true;
+    dep.assign(open.size(), 0);
+    direct.assign(open.size(), 1);
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       const int64_t s = n.src_node[j];
-      if (s >= 0 && !open.empty() && group_of[s] == open_id) {
-        dep = true;
-        if (!is_direct(n.inputs[j], nodes[s].specs[n.src_out[j]])) direct_only = false;
+      if (s < 0 || group_of[s] < 0) continue;
+      for (size_t g = 0; g < open.size(); ++g) {
+        if (open[g].id != group_of[s]) continue;
+        dep[g] = 1;
+        if (!is_direct(n.inputs[j], nodes[s].specs[n.src_out[j]])) direct[g] = 0;
       }
     }
-    const bool same = !open.empty() && fusible[i] && n.specs[0].shape == open_shape;
-    if (same && (!dep || (direct_only && !rowwise[i]))) {
-      open.push_back(i);
-      group_of[i] = open_id;
+    int64_t join = -1;
+    if (fusible[i]) {
+      for (int64_t g = int64_t(open.size()) - 1; g >= 0 && join < 0; --g)
+        if (n.specs[0].shape == open[g].shape && (!dep[g] || (direct[g] && !rowwise[i]))) join = g;
+    }
+    for (int64_t g = int64_t(open.size()) - 1; g >= 0; --g) {
+      if (!dep[g] || g == join) continue;
+      close_at(size_t(g));
+      if (g < join) --join;
+    }
+    if (join >= 0) {
+      open[join].members.push_back(i);
+      group_of[i] = open[join].id;
       continue;
     }
-    if (dep) close();
-    if (fusible[i] && open.empty()) {
-      open.push_back(i);
-      open_shape = n.specs[0].shape;
-      group_of[i] = open_id;
+    if (fusible[i]) {
+      if (open.size() >= kMaxOpen) close_at(0);
+      open.push_back({{i}, n.specs[0].shape, next_id});
+      group_of[i] = next_id++;
       continue;
     }
     order.push_back({i});
   }
-  close();
+  while (!open.empty()) close_at(0);
   return order;
 }
 

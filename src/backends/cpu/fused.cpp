@@ -266,6 +266,13 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
                 }
                 K.unary(I.uop, pa, o, n, I.dtype == DType::bf16);
                 break;
+              case FusedInstr::convert:  // the rounding below is the conversion
+                fetch(I.a, &pa, &sa);
+                if (sa == 0)
+                  std::fill(o, o + n, pa[0]);
+                else
+                  std::memcpy(o, pa, size_t(n) * 4);
+                break;
               case FusedInstr::rowwise: {
                 const char* src =
                     scratch[v].data() + ((r - r0) * d + c0) * int64_t(dtype_size(I.dtype));
