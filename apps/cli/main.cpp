@@ -1,7 +1,10 @@
 // tessera: the command-line front end. Parsing errors come from CLI11 (exit code 105-109, usage
 // on stderr); failures while running a subcommand print one "tessera: error: ..." line, exit 1.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -17,9 +20,23 @@ int fail(std::string message) {
   return 1;
 }
 
+// OpenMP threads that spin at barriers starve a worker the OS has descheduled: on a 2-core
+// machine with one other busy process, the bundled model took 17-20 s with libgomp's default
+// (spinning) wait instead of 0.3 s. libgomp reads its wait policy once, when it is loaded, so
+// the CLI re-executes itself with a passive wait unless the user chose a policy or one thread
+// (decision 0006). If the re-exec fails, it runs on with the default.
+void prefer_passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  const char* threads = std::getenv("TESSERA_NUM_THREADS");
+  if (threads && std::atoi(threads) == 1) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_passive_openmp_wait(argv);
   CLI::App app{"tessera: diffusers text-to-image pipelines in C++", "tessera"};
   app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
   app.require_subcommand(0, 1);
