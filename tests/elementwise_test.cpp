@@ -3,6 +3,7 @@
 #include "ops/elementwise.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backends/cpu/elementwise_kernels.h"
@@ -259,6 +260,32 @@ TEST(Elementwise, IsaPathsAgree) {
     EXPECT_EQ(h0, h1);
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h0[i], f32_to_bf16(x[i]));
     EXPECT_EQ(ref.sum(y.data(), n), k.sum(y.data(), n));
+  }
+}
+
+float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(Elementwise, RoundBf16InPlaceIsConvertAndBack) {
+  // Every ISA's one-pass rounding equals f32 -> bf16 -> f32 bit for bit, NaN, infinities, ties
+  // and subnormals included.
+  std::vector<float> x;
+  for (uint32_t u : {0x7fc00001u, 0x7f800001u, 0xff800000u, 0x7f800000u, 0x3f808000u, 0x3f818000u,
+                     0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f7fffffu})
+    x.push_back(bits_to_float(u));
+  std::mt19937 rng(11);
+  for (int i = 0; i < 4000; ++i) x.push_back(bits_to_float(uint32_t(rng())));
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (cpu_isa() < isa) continue;
+    std::vector<float> r = x;
+    ew_kernels_for(isa).round_bf16(r.data(), int64_t(r.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float e = bf16_to_f32(f32_to_bf16(x[i]));
+      ASSERT_EQ(std::memcmp(&r[i], &e, 4), 0) << cpu_isa_name(isa) << " at " << i;
+    }
   }
 }
 

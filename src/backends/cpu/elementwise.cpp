@@ -43,11 +43,10 @@ void ew_store(const float* x, void* dst, DType t, int64_t n) {
 // Rounds floats to dtype t and back: where a torch expression stores an intermediate.
 void ew_round_through(float* x, DType t, int64_t n) {
   if (t == DType::f32) return;
-  uint16_t tmp[kEwChunk];
   if (t == DType::bf16) {
-    ew_kernels().f32_to_bf16(x, tmp, n);
-    ew_kernels().bf16_to_f32(tmp, x, n);
+    ew_kernels().round_bf16(x, n);
   } else {
+    uint16_t tmp[kEwChunk];
     convert_elements(x, DType::f32, tmp, t, size_t(n));
     convert_elements(tmp, t, x, DType::f32, size_t(n));
   }

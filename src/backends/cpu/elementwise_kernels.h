@@ -29,6 +29,9 @@ struct EwKernels {
   void (*binary_bf16)(BinaryOp op, const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb,
                       uint16_t* o, int64_t n);
   void (*unary_bf16)(UnaryOp op, const uint16_t* x, uint16_t* o, int64_t n, bool bf16_steps);
+  // x[i] rounded to bf16 (nearest even) and widened back, in place: f32_to_bf16 then
+  // bf16_to_f32 in one pass.
+  void (*round_bf16)(float* x, int64_t n);
 };
 
 const EwKernels& ew_kernels();                // best for cpu_isa()

@@ -192,6 +192,15 @@ void k_f32_to_bf16(const float* x, uint16_t* o, int64_t n) {
   }
 }
 
+void k_round_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = f_bits(x[i]);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t q = (u >> 16) | 0x40u;
+    x[i] = bits_f(((u & 0x7fffffffu) > 0x7f800000u ? q : r) << 16);
+  }
+}
+
 // 16 independent partial sums, combined pairwise: the same order on every ISA.
 #define EW_LANE_SUM(term)                                    \
   float acc[16] = {};                                        \
@@ -226,7 +235,7 @@ const EwKernels& EW_TABLE_NAME() {
   static const EwKernels k{EW_TABLE_ISA,       k_binary<float>,    k_unary<float>,
                            k_bf16_to_f32,      k_f32_to_bf16,      k_sum,
                            k_sum_sq,           k_sum_sq_dev,       k_scale_shift,
-                           k_binary<uint16_t>, k_unary<uint16_t>};
+                           k_binary<uint16_t>, k_unary<uint16_t>, k_round_bf16};
   return k;
 }
 

@@ -37,14 +37,28 @@ struct FusedLayout {
   int64_t rpc = 1, block = 1, nblocks = 0;  // rows per chunk, rows per block, blocks
   size_t nin = 0, nval = 0, per_thread = 0;
   std::vector<char> used, same_rows, run_rows;
+  // Per value: round it to its dtype in the chunk. Not needed for a value only stored, in that
+  // dtype, as an output: the store rounds it the same way.
+  std::vector<char> round;
   std::vector<Strides> st;  // operand strides aligned to the output shape (0 where broadcast)
   std::vector<DType> dts;
   std::vector<size_t> ess;
 };
 
-FusedLayout layout_of(const std::vector<FusedInstr>& prog, const std::vector<Tensor>& in,
-                      const std::vector<Tensor>& out) {
+FusedLayout layout_of(const std::vector<FusedInstr>& prog, const std::vector<int>& out_values,
+                      const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
   FusedLayout L;
+  L.round.assign(prog.size(), 1);
+  for (size_t q = 0; q < out_values.size(); ++q) {
+    const int v = out_values[q];
+    bool read_later = false;
+    for (size_t w = size_t(v) + 1; w < prog.size(); ++w) {
+      const FusedInstr& I = prog[w];
+      read_later = read_later || (!I.a.is_input && I.a.index == v) ||
+                   (I.kind == FusedInstr::binary && !I.b.is_input && I.b.index == v);
+    }
+    if (!read_later && out[q].dtype() == prog[size_t(v)].dtype) L.round[size_t(v)] = 0;
+  }
   L.shape = out[0].shape();
   const Shape& shape = L.shape;
   const int64_t nd = L.nd = int64_t(shape.size());
@@ -281,7 +295,7 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
                 break;
               }
             }
-            ew_round_through(o, I.dtype, n);
+            if (L.round[v]) ew_round_through(o, I.dtype, n);
           }
           for (size_t q = 0; q < out.size(); ++q) {
             const size_t es = dtype_size(out[q].dtype());
@@ -309,14 +323,14 @@ class PreparedFused final : public PreparedKernel {
 }  // namespace
 
 void FusedKernel::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-  run_fused(prog_, out_values_, layout_of(prog_, in, out), in, out);
+  run_fused(prog_, out_values_, layout_of(prog_, out_values_, in, out), in, out);
 }
 
 // The layout depends only on the views, so a program or replayed segment computes it once; the
 // arithmetic is run_fused's either way, so the bits are eval_cpu's.
 std::unique_ptr<PreparedKernel> FusedKernel::prepare_cpu(const std::vector<Tensor>& in,
                                                          const std::vector<Tensor>& out) {
-  return std::make_unique<PreparedFused>(*this, layout_of(prog_, in, out));
+  return std::make_unique<PreparedFused>(*this, layout_of(prog_, out_values_, in, out));
 }
 
 }  // namespace tessera
