@@ -37,6 +37,21 @@ int64_t allocs() {
   return cpu_allocator().stats().alloc_count;
 }
 
+// f() in strict eager (the reference) and as one deferred segment, with that segment's report;
+// checks that every output of the segment has eager's bits.
+template <typename F>
+SegmentReport deferred_matches_eager(F f) {
+  const std::vector<Tensor> ref = f();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const std::vector<Tensor> out = f();
+  synchronize();
+  const SegmentReport r = last_segment_report();
+  set_eager_mode(EagerMode::DeferNever);
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_TRUE(test::bit_equal(out[i], ref[i])) << "output " << i;
+  return r;
+}
+
 TEST_F(Fusion, NormModulateActivationIsOneKernelWithNoIntermediates) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor x = rnd({2, 9, 96}, dt, 1), shift = rnd({2, 1, 96}, dt, 2);
@@ -76,37 +91,23 @@ TEST_F(Fusion, IntermediateHeldByTheUserIsKept) {
 
 TEST_F(Fusion, BroadcastOperandsAndShapeChangesSplitGroups) {
   const Tensor x = rnd({4, 1, 16}, DType::f32, 5), y = rnd({4, 8, 16}, DType::f32, 6);
-  auto f = [&] {
-    const Tensor small = sigmoid(x) * 3.0;  // shape (4, 1, 16): its own group
-    return tanh(y - small) * small;         // (4, 8, 16): one group reading `small` broadcast
-  };
-  const Tensor ref = f();
-  set_eager_mode(EagerMode::DeferAndFuse);
-  const Tensor out = f();
-  synchronize();
-  const SegmentReport r = last_segment_report();
-  set_eager_mode(EagerMode::DeferNever);
+  const SegmentReport r = deferred_matches_eager([&] {
+    const Tensor small = sigmoid(x) * 3.0;                // shape (4, 1, 16): its own group
+    return std::vector<Tensor>{tanh(y - small) * small};  // (4, 8, 16): reads `small` broadcast
+  });
   EXPECT_EQ(r.kernels, 2);
   EXPECT_EQ(r.fused_kernels, 2);
-  EXPECT_TRUE(test::bit_equal(out, ref));
 }
 
 TEST_F(Fusion, NonElementwiseOpsBreakChainsButKeepResults) {
   const Tensor x = rnd({6, 32}, DType::f32, 7), w = rnd({32, 32}, DType::f32, 8);
-  auto f = [&] {
+  const SegmentReport r = deferred_matches_eager([&] {
     const Tensor h = gelu(x * 0.5 + 1.0);
     const Tensor m = linear(h, w);
-    return silu(m) + x;
-  };
-  const Tensor ref = f();
-  set_eager_mode(EagerMode::DeferAndFuse);
-  const Tensor out = f();
-  synchronize();
-  const SegmentReport r = last_segment_report();
-  set_eager_mode(EagerMode::DeferNever);
+    return std::vector<Tensor>{silu(m) + x};
+  });
   EXPECT_EQ(r.kernels, 3);  // fused(mul,add,gelu), linear, fused(silu,add)
   EXPECT_EQ(r.fused_kernels, 2);
-  EXPECT_TRUE(test::bit_equal(out, ref));
 }
 
 TEST_F(Fusion, ViewOfAnIntermediateIsMaterialised) {
@@ -154,25 +155,17 @@ TEST_F(Fusion, InterleavedChainsOfTwoShapesAreTwoKernels) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor img = rnd({1, 16, 32}, dt, 11), txt = rnd({1, 24, 32}, dt, 12);
     const Tensor s1 = rnd({1, 1, 32}, dt, 13), s2 = rnd({1, 1, 32}, dt, 14);
-    auto f = [&] {
+    const SegmentReport r = deferred_matches_eager([&] {
       const Tensor a = layer_norm(img, Tensor(), Tensor(), 1e-6);
       const Tensor b = layer_norm(txt, Tensor(), Tensor(), 1e-6);
       const Tensor a2 = a * s1;
       const Tensor b2 = b * s2;
       return std::vector<Tensor>{a2 + s2, b2 + s1};
-    };
-    const auto ref = f();
-    set_eager_mode(EagerMode::DeferAndFuse);
-    const auto out = f();
-    synchronize();
-    const SegmentReport r = last_segment_report();
-    set_eager_mode(EagerMode::DeferNever);
+    });
     EXPECT_EQ(r.nodes, 6);
     EXPECT_EQ(r.kernels, 2);
     EXPECT_EQ(r.fused_kernels, 2);
     EXPECT_EQ(r.allocations, 2);
-    EXPECT_TRUE(test::bit_equal(out[0], ref[0]));
-    EXPECT_TRUE(test::bit_equal(out[1], ref[1]));
   }
 }
 
@@ -181,35 +174,19 @@ TEST_F(Fusion, AstypeJoinsTheNormBeforeIt) {
   // f32 intermediate is never written; the two norms side by side stay two kernels.
   const Tensor q = rnd({1, 10, 2, 16}, DType::bf16, 15), k = rnd({1, 10, 2, 16}, DType::bf16, 16);
   const Tensor w = rnd({16}, DType::f32, 17);
-  auto f = [&] {
+  const SegmentReport r = deferred_matches_eager([&] {
     return std::vector<Tensor>{astype(rms_norm(q, w, 1e-6), DType::bf16),
                                astype(rms_norm(k, w, 1e-6), DType::bf16)};
-  };
-  const auto ref = f();
-  set_eager_mode(EagerMode::DeferAndFuse);
-  const auto out = f();
-  synchronize();
-  const SegmentReport r = last_segment_report();
-  set_eager_mode(EagerMode::DeferNever);
+  });
   EXPECT_EQ(r.nodes, 4);
   EXPECT_EQ(r.fused_kernels, 1);  // fused(rms_norm, copy, rms_norm, copy)
   EXPECT_EQ(r.allocations, 2);
-  EXPECT_TRUE(test::bit_equal(out[0], ref[0]));
-  EXPECT_TRUE(test::bit_equal(out[1], ref[1]));
   // Norms with nothing to fuse after them stay on their own (prepared) kernels.
-  auto g = [&] {
+  const SegmentReport r2 = deferred_matches_eager([&] {
     return std::vector<Tensor>{rms_norm(q, Tensor(), 1e-6), rms_norm(k, Tensor(), 1e-6)};
-  };
-  const auto ref2 = g();
-  set_eager_mode(EagerMode::DeferAndFuse);
-  const auto out2 = g();
-  synchronize();
-  const SegmentReport r2 = last_segment_report();
-  set_eager_mode(EagerMode::DeferNever);
+  });
   EXPECT_EQ(r2.kernels, 2);
   EXPECT_EQ(r2.fused_kernels, 0);
-  EXPECT_TRUE(test::bit_equal(out2[0], ref2[0]));
-  EXPECT_TRUE(test::bit_equal(out2[1], ref2[1]));
 }
 
 TEST_F(Fusion, FusionOffRunsEveryOp) {
