@@ -55,8 +55,8 @@ KernelCacheStats kernel_cache_stats();
 // Drops every cached primitive and repacked weight (call after modifying a weight in place, or
 // to return the memory, e.g. when a model is offloaded).
 void clear_kernel_caches();
-// Upper bound for repacked weights, in bytes (default 4 GiB, or TESSERA_PACKED_WEIGHT_CACHE_MB);
-// least recently used entries are evicted beyond it.
+// Upper bound for repacked weights, in bytes (default a third of physical memory, at least 4 GiB,
+// or TESSERA_PACKED_WEIGHT_CACHE_MB); least recently used entries are evicted beyond it.
 void set_packed_weight_cache_capacity(size_t bytes);
 
 }  // namespace tessera

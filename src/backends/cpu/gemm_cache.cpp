@@ -1,6 +1,8 @@
 // oneDNN engine, descriptors and the primitive / repacked-weight caches (onednn_util.h).
 #include <omp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <list>
@@ -64,6 +66,11 @@ class PackedCache {
   };
 
   PackedCache() {
+    // A third of this machine's memory, at least 4 GiB: a model whose packed weights do not fit
+    // repacks every one of them every step (LRU under cyclic use); flux-mini's f32 linears are
+    // 5.1 GB packed, so with 4 GiB an eager f32 step reordered all of them (page faults, 10%).
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) capacity_ = std::max(capacity_, size_t(pages) * size_t(page) / 3);
     if (const char* s = std::getenv("TESSERA_PACKED_WEIGHT_CACHE_MB")) {
       capacity_ = size_t(std::atoll(s)) << 20;
     }
