@@ -288,32 +288,13 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
           }
           const float alpha = row_fn(S.as<float>() + r * KB, kn, nvalid, a.scale, addp, m + r,
                                      l + r, P.as<char>() + size_t(r * KB) * es, a.bf16);
-          if (alpha != 1.f) {
-            float* row = acc.as<float>() + r * a.Dv;
-            if (avx512)
-              cpu::scale_row_avx512(row, a.Dv, alpha);
-            else
-              for (int64_t d = 0; d < a.Dv; ++d) row[d] *= alpha;
-          }
+          if (alpha != 1.f) cpu::scale_row(acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512);
         }
         run(pv_gemm(qn, kn), P.p, a.vrow(b, hk, k0), acc.p);
       }
-      for (int64_t r = 0; r < qn; ++r) {
-        const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;  // fully masked rows give 0, as torch
-        const float* row = acc.as<float>() + r * a.Dv;
-        char* o = a.orow(b, h, q0 + r);
-        if (avx512) {
-          cpu::finish_row_avx512(row, a.Dv, inv, o, a.bf16);
-        } else {
-          for (int64_t d = 0; d < a.Dv; ++d) {
-            const float x = row[d] * inv;
-            if (a.bf16)
-              reinterpret_cast<uint16_t*>(o)[d] = f32_to_bf16(x);
-            else
-              reinterpret_cast<float*>(o)[d] = x;
-          }
-        }
-      }
+      for (int64_t r = 0; r < qn; ++r)
+        cpu::finish_row(acc.as<float>() + r * a.Dv, a.Dv, l[r], a.orow(b, h, q0 + r), a.bf16,
+                        avx512);
     }
   });
 }

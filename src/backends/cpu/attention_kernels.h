@@ -73,6 +73,26 @@ void scale_row_avx512(float* acc, int64_t n, float a);
 // out[0, n) = acc * inv, stored as f32 or rounded to bf16
 void finish_row_avx512(const float* acc, int64_t n, float inv, void* out, bool out_bf16);
 
+// The tiled paths' row steps on whichever ISA the caller chose (avx512: the kernels above, else
+// scalar loops with the same roundings).
+inline void scale_row(float* acc, int64_t n, float a, bool avx512) {
+  if (avx512) return scale_row_avx512(acc, n, a);
+  for (int64_t d = 0; d < n; ++d) acc[d] *= a;
+}
+// The output row acc / l: 0 for a fully masked row (l == 0), as torch.
+inline void finish_row(const float* acc, int64_t n, float l, void* out, bool out_bf16,
+                       bool avx512) {
+  const float inv = l > 0 ? 1.f / l : 0.f;
+  if (avx512) return finish_row_avx512(acc, n, inv, out, out_bf16);
+  for (int64_t d = 0; d < n; ++d) {
+    const float x = acc[d] * inv;
+    if (out_bf16)
+      static_cast<uint16_t*>(out)[d] = f32_to_bf16(x);
+    else
+      static_cast<float*>(out)[d] = x;
+  }
+}
+
 // Which implementation the CPU backend uses; tests force one to check it against another.
 // `automatic` picks amx (our own AMX tile kernels, bf16 and split-f32) when the CPU has AMX and
 // the head dims are multiples of 32, else tiled (oneDNN tile GEMMs), and reference under

@@ -163,35 +163,16 @@ class PreparedSdpa final : public PreparedKernel {
             const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
             const float alpha = row_fn_(w->S.as<float>() + r * KB_, kn, nvalid, a.scale, nullptr,
                                         m + r, l + r, w->P.as<char>() + r * KB_ * es, a.bf16);
-            if (alpha != 1.f) {
-              float* row = w->acc.as<float>() + r * a.Dv;
-              if (avx512_)
-                cpu::scale_row_avx512(row, a.Dv, alpha);
-              else
-                for (int64_t d = 0; d < a.Dv; ++d) row[d] *= alpha;
-            }
+            if (alpha != 1.f) cpu::scale_row(w->acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512_);
           }
           if (small_)
             pv_small(*w, a, a.vrow(b, hk, k0), qn, kn);
           else
             w->run(mi, ni, 1, w->P.p, a.vrow(b, hk, k0), w->acc.p);
         }
-        for (int64_t r = 0; r < qn; ++r) {
-          const float inv = l[r] > 0 ? 1.f / l[r] : 0.f;
-          const float* row = w->acc.as<float>() + r * a.Dv;
-          char* o = a.orow(b, h, q0 + r);
-          if (avx512_) {
-            cpu::finish_row_avx512(row, a.Dv, inv, o, a.bf16);
-          } else {
-            for (int64_t d = 0; d < a.Dv; ++d) {
-              const float x = row[d] * inv;
-              if (a.bf16)
-                reinterpret_cast<uint16_t*>(o)[d] = f32_to_bf16(x);
-              else
-                reinterpret_cast<float*>(o)[d] = x;
-            }
-          }
-        }
+        for (int64_t r = 0; r < qn; ++r)
+          cpu::finish_row(w->acc.as<float>() + r * a.Dv, a.Dv, l[r], a.orow(b, h, q0 + r), a.bf16,
+                          avx512_);
       }
     });
   }
