@@ -301,11 +301,12 @@ class Ema:
 def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, batch, gen,
               lr=1e-3, ema_decay=0.999, budget_s=None, snapshot=None, empty_idx=None,
               caption_dropout=0.0, teacher=None, guidance_range=(1.0, 6.0), t_shift=1.0,
-              stop_at=None):
+              stop_at=None, guidance_gain=1.0):
     """teacher: guidance distillation (FLUX.1-dev's recipe). The text encoders are frozen (the
     teacher's), and the transformer learns to predict, for g ~ U[guidance_range] given through its
-    guidance input, the teacher's classifier-free-guided velocity u + g (c - u) (c: the caption,
-    u: the empty caption), so a stock FluxPipeline's guidance_scale gives guided samples."""
+    guidance input, the teacher's classifier-free-guided velocity u + s (c - u) at the scale
+    s = 1 + guidance_gain (g - 1) (c: the caption, u: the empty caption), so a stock
+    FluxPipeline's guidance_scale gives guided samples (g = 1: unguided)."""
     from diffusers import FluxPipeline
 
     if teacher is not None:
@@ -373,7 +374,8 @@ def train_dit(transformer, clip, t5, latents, cap_idx, clip_ids, t5_ids, steps, 
                             encoder_hidden_states=text2, txt_ids=txt_ids,
                             img_ids=img_ids, return_dict=False)[0]
                 vc, vu = v[:batch], v[batch:]
-                target = vu + guidance.view(-1, 1, 1) * (vc - vu)
+                scale = 1.0 + guidance_gain * (guidance - 1.0)
+                target = vu + scale.view(-1, 1, 1) * (vc - vu)
         pred = transformer(hidden_states=packed, timestep=t, guidance=guidance,
                            pooled_projections=pooled, encoder_hidden_states=text,
                            txt_ids=txt_ids, img_ids=img_ids, return_dict=False)[0]
@@ -498,6 +500,10 @@ def main():
                    "learns its classifier-free-guided velocity for g ~ U[--guidance-range] "
                    "through the guidance input; text encoders frozen")
     p.add_argument("--guidance-range", type=float, nargs=2, default=[1.0, 6.0])
+    p.add_argument("--guidance-gain", type=float, default=1.0,
+                   help="with --distill-guidance: guidance input g means the teacher's CFG scale "
+                   "1 + GAIN (g - 1), so the pipeline's default g = 3.5 can stand for a stronger "
+                   "teacher guidance (1.6: 3.5 -> 5)")
     p.add_argument("--t-shift", type=float, default=1.0,
                    help="shift the training t as the sampler shifts its sigmas (16 image "
                    "tokens: exp(mu) = 1.58)")
@@ -605,7 +611,7 @@ def main():
         args.dit_minutes * 60 if args.dit_minutes else None,
         (args.snapshot_every, save_snapshot) if args.snapshot_every else None,
         empty_idx, args.caption_dropout, teacher, tuple(args.guidance_range), args.t_shift,
-        args.dit_stop_at)
+        args.dit_stop_at, args.guidance_gain)
 
     out = pathlib.Path(args.out)
     save_pipeline(out, vae, transformer, clip, t5, getattr(torch, args.dtype))
