@@ -504,6 +504,8 @@ def main():
                    help="with --distill-guidance: guidance input g means the teacher's CFG scale "
                    "1 + GAIN (g - 1), so the pipeline's default g = 3.5 can stand for a stronger "
                    "teacher guidance (1.6: 3.5 -> 5)")
+    p.add_argument("--student-from", help="with --distill-guidance: start the student from "
+                   "FOLDER/transformer (an earlier distillation) instead of the teacher")
     p.add_argument("--t-shift", type=float, default=1.0,
                    help="shift the training t as the sampler shifts its sigmas (16 image "
                    "tokens: exp(mu) = 1.58)")
@@ -547,6 +549,11 @@ def main():
 
         assert args.resume, "[train_default] --distill-guidance needs --resume TEACHER_FOLDER"
         teacher = copy.deepcopy(transformer).eval()
+        if args.student_from:  # continue an earlier distillation (same teacher)
+            from diffusers import FluxTransformer2DModel
+
+            transformer = FluxTransformer2DModel.from_pretrained(
+                pathlib.Path(args.student_from) / "transformer", torch_dtype=torch.float32)
     gen = torch.Generator().manual_seed(args.seed)
     if not keep_vae:
         train_vae(vae, images, args.vae_steps, args.vae_batch, gen, args.vae_lr, args.vae_kl,
