@@ -179,26 +179,17 @@ void k_unary(UnaryOp op, const T* x, T* o, int64_t n, bool bf16_steps) {
 }
 #undef EW_UNARY_LOOP
 
+// Loops over runtime/dtype.h's inline conversions, which the compiler vectorises for each ISA.
 void k_bf16_to_f32(const uint16_t* x, float* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) o[i] = bits_f(uint32_t(x[i]) << 16);
+  for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_f32(x[i]);
 }
 
 void k_f32_to_bf16(const float* x, uint16_t* o, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = f_bits(x[i]);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t q = (u >> 16) | 0x40u;  // quiet NaN, as f32_to_bf16
-    o[i] = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-  }
+  for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(x[i]);
 }
 
 void k_round_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = f_bits(x[i]);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t q = (u >> 16) | 0x40u;
-    x[i] = bits_f(((u & 0x7fffffffu) > 0x7f800000u ? q : r) << 16);
-  }
+  for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }
 
 // 16 independent partial sums, combined pairwise: the same order on every ISA.
