@@ -32,6 +32,11 @@ struct EwKernels {
   // x[i] rounded to bf16 (nearest even) and widened back, in place: f32_to_bf16 then
   // bf16_to_f32 in one pass.
   void (*round_bf16)(float* x, int64_t n);
+  // One f32 row of n <= kEwChunk elements, normalised: LayerNorm without affine (mean and biased
+  // variance, double totals) and RmsNorm (times w[i] when w is not null), with the bits of the
+  // sum / sum_sq_dev / sum_sq / scale_shift / binary calls that norm.cpp chains for longer rows.
+  void (*layer_norm_row)(const float* x, int64_t n, float eps, float* o);
+  void (*rms_norm_row)(const float* x, int64_t n, float eps, const float* w, float* o);
 };
 
 const EwKernels& ew_kernels();                // best for cpu_isa()

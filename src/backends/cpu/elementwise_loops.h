@@ -220,13 +220,44 @@ void k_scale_shift(const float* x, float a, float b, float* o, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] * a + b;
 }
 
+// One f32 row (n <= kEwChunk) of LayerNorm without affine, or of RmsNorm: this table's sums and
+// scale chained exactly as norm.cpp's drivers chain the table calls (same order, same roundings),
+// in one call per row: rows as narrow as FLUX's (16-128) are bound by calls, not arithmetic.
+void k_layer_norm_row(const float* x, int64_t n, float eps, float* o) {
+  double s = 0, q = 0;
+  s += k_sum(x, n);
+  const float mean = float(s / double(n));
+  q += k_sum_sq_dev(x, mean, n);
+  const float var = float(q / double(n));
+  const float rstd = 1.f / __builtin_sqrtf((var < 0.f ? 0.f : var) + eps);
+  float shift = -rstd * mean;
+  __asm__("" : "+x"(shift));  // one rounded product, as the table call receives it (no fma)
+  k_scale_shift(x, rstd, shift, o, n);
+}
+
+// x * r, then * w[i] when w is given: two roundings, as the driver's two binary multiplies.
+void k_rms_norm_row(const float* x, int64_t n, float eps, const float* w, float* o) {
+  double ss = 0;
+  ss += k_sum_sq(x, n);
+  const float rr = 1.f / __builtin_sqrtf(float(ss) / float(n) + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) {
+      float t = x[i] * rr;
+      o[i] = t * w[i];
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i] * rr;
+  }
+}
+
 }  // namespace
 
 const EwKernels& EW_TABLE_NAME() {
   static const EwKernels k{EW_TABLE_ISA,       k_binary<float>,    k_unary<float>,
                            k_bf16_to_f32,      k_f32_to_bf16,      k_sum,
                            k_sum_sq,           k_sum_sq_dev,       k_scale_shift,
-                           k_binary<uint16_t>, k_unary<uint16_t>, k_round_bf16};
+                           k_binary<uint16_t>, k_unary<uint16_t>, k_round_bf16,
+                           k_layer_norm_row,   k_rms_norm_row};
   return k;
 }
 

@@ -69,6 +69,17 @@ void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
   const float eps = float(eps_);
   parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
     float buf[kEwChunk], bo[kEwChunk];
+    if (d <= kEwChunk) {  // one chunk per row: the row kernel, straight into an f32 output
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* f = ew_load(at(x, r * d), x.dtype(), d, buf);
+        float* fo = o.dtype() == DType::f32 ? reinterpret_cast<float*>(at_mut(o, r * d)) : bo;
+        k.layer_norm_row(f, d, eps, fo);
+        if (!w.empty()) k.binary(BinaryOp::mul, fo, 1, w.data(), 1, fo, d);
+        if (!b.empty()) k.binary(BinaryOp::add, fo, 1, b.data(), 1, fo, d);
+        if (fo == bo) ew_store(bo, at_mut(o, r * d), o.dtype(), d);
+      }
+      return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
       float mean, var;
       moments(x, r * d, d, &mean, &var);
@@ -100,6 +111,15 @@ void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
   const float eps = float(eps_);
   parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
     float buf[kEwChunk], bo[kEwChunk];
+    if (d <= kEwChunk && !round_to_w && !round_to_x) {  // the row kernel, as LayerNorm's
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* f = ew_load(at(x, r * d), x.dtype(), d, buf);
+        float* fo = o.dtype() == DType::f32 ? reinterpret_cast<float*>(at_mut(o, r * d)) : bo;
+        k.rms_norm_row(f, d, eps, w.empty() ? nullptr : w.data(), fo);
+        if (fo == bo) ew_store(bo, at_mut(o, r * d), o.dtype(), d);
+      }
+      return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
       double ss = 0;
       for (int64_t c = 0; c < d; c += kEwChunk) {

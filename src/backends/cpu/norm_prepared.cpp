@@ -1,9 +1,7 @@
 // RmsNorm prepared once for a compiled program (decision 0010) on its common small case: f32
 // rows of at most one chunk (FLUX's per-head q/k norms: 16-128 wide), f32 or no weight. Eager's
-// eval_cpu pays per call a weight copy to floats and per row a load, two table calls for the
-// multiplies and a store copy; here each row is one table sum_sq call (the same function, so
-// the same 16-lane order and bits) and an inline scale-and-weight loop (x * r, then * w: the
-// same two roundings as the two binary calls).
+// eval_cpu pays per call a weight copy to floats; here the weight is read in place and each row
+// is one call of the table's rms_norm_row (the row kernel eval_cpu uses, so the same bits).
 #include <cmath>
 
 #include "backends/cpu/elementwise_kernels.h"
@@ -25,21 +23,7 @@ class PreparedRmsNorm final : public PreparedKernel {
     const float eps = eps_;
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)),
                  [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r) {
-                     const float* xr = x + r * d;
-                     float* orow = o + r * d;
-                     const double ss = k.sum_sq(xr, d);
-                     const float var = float(ss) / float(d);
-                     const float rr = 1.f / std::sqrt(var + eps);
-                     if (w) {
-                       for (int64_t j = 0; j < d; ++j) {
-                         const float t = xr[j] * rr;
-                         orow[j] = t * w[j];
-                       }
-                     } else {
-                       for (int64_t j = 0; j < d; ++j) orow[j] = xr[j] * rr;
-                     }
-                   }
+                   for (int64_t r = r0; r < r1; ++r) k.rms_norm_row(x + r * d, d, eps, w, o + r * d);
                  });
   }
 
