@@ -55,6 +55,19 @@ int64_t row_grain(int64_t d) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1));
 }
 
+// Rows r0..r1 of d <= kEwChunk elements: each row loaded as floats, normalised by
+// `row(in, out)` (a row-kernel call) straight into an f32 output, else into bo and stored.
+template <typename RowFn>
+void short_rows(const Tensor& x, const Tensor& o, int64_t d, int64_t r0, int64_t r1, float* buf,
+                float* bo, RowFn&& row) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* f = ew_load(at(x, r * d), x.dtype(), d, buf);
+    float* fo = o.dtype() == DType::f32 ? reinterpret_cast<float*>(at_mut(o, r * d)) : bo;
+    row(f, fo);
+    if (fo == bo) ew_store(bo, at_mut(o, r * d), o.dtype(), d);
+  }
+}
+
 }  // namespace
 
 void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
@@ -69,15 +82,12 @@ void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
   const float eps = float(eps_);
   parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
     float buf[kEwChunk], bo[kEwChunk];
-    if (d <= kEwChunk) {  // one chunk per row: the row kernel, straight into an f32 output
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* f = ew_load(at(x, r * d), x.dtype(), d, buf);
-        float* fo = o.dtype() == DType::f32 ? reinterpret_cast<float*>(at_mut(o, r * d)) : bo;
+    if (d <= kEwChunk) {  // one chunk per row: one row-kernel call (same bits as below)
+      short_rows(x, o, d, r0, r1, buf, bo, [&](const float* f, float* fo) {
         k.layer_norm_row(f, d, eps, fo);
         if (!w.empty()) k.binary(BinaryOp::mul, fo, 1, w.data(), 1, fo, d);
         if (!b.empty()) k.binary(BinaryOp::add, fo, 1, b.data(), 1, fo, d);
-        if (fo == bo) ew_store(bo, at_mut(o, r * d), o.dtype(), d);
-      }
+      });
       return;
     }
     for (int64_t r = r0; r < r1; ++r) {
@@ -112,12 +122,9 @@ void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
   parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
     float buf[kEwChunk], bo[kEwChunk];
     if (d <= kEwChunk && !round_to_w && !round_to_x) {  // the row kernel, as LayerNorm's
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* f = ew_load(at(x, r * d), x.dtype(), d, buf);
-        float* fo = o.dtype() == DType::f32 ? reinterpret_cast<float*>(at_mut(o, r * d)) : bo;
+      short_rows(x, o, d, r0, r1, buf, bo, [&](const float* f, float* fo) {
         k.rms_norm_row(f, d, eps, w.empty() ? nullptr : w.data(), fo);
-        if (fo == bo) ew_store(bo, at_mut(o, r * d), o.dtype(), d);
-      }
+      });
       return;
     }
     for (int64_t r = r0; r < r1; ++r) {
