@@ -4,8 +4,9 @@
 // weights written by bench/run_flux_vs_torch.py). Side by side with diffusers:
 // bench/run_flux_vs_torch.py. Alone: build/bench/flux_bench [--model DIR] [--dtype f32|bf16]
 // [--sizes 64,128,256] [--txt 64] [--modes eager,defer,compile,regional] [--iters N]
-// [--warmup N] [--vae DIR (AutoencoderKL.decode at --sizes instead)]
-// plus Google Benchmark's flags (--benchmark_format=json).
+// [--warmup N] [--vae DIR (AutoencoderKL.decode at --sizes instead)] [--interleave ROUNDS]
+// plus Google Benchmark's flags (--benchmark_format=json). --interleave runs the modes in turns
+// of a few steps, round after round, and prints Google Benchmark-shaped JSON itself.
 // Inputs are torch.randn(seed 0) draws of the forward() arguments (tessera's generator is
 // torch's), so both sides run the same values; img_ids are the pipeline's (row, col) grid.
 #include <benchmark/benchmark.h>
@@ -42,6 +43,7 @@ struct Options {
   int64_t iters = 0;  // 0: Google Benchmark chooses
   int64_t warmup = 2;
   std::string vae;  // --vae DIR: time AutoencoderKL.decode instead of the transformer
+  int64_t interleave = 0;  // rounds of one step per mode in turn (0: one mode after another)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -152,6 +154,92 @@ void bench_vae(benchmark::State& st, const AutoencoderKL* vae, int64_t size, int
   st.counters["threads"] = num_threads();
 }
 
+// The modes take turns of a few steps each, round after round: on a shared machine the other
+// processes' load then falls on every mode alike, where one mode after another can catch a quiet
+// and a busy minute. Each mode keeps its own model (a compiled module stays compiled); eager and
+// defer share one (the switch is global). Per mode: best / mean / median CPU ms of the timed
+// steps, and the median of (eager CPU / this mode's CPU) over the i-th timed steps of each round.
+void run_interleaved(const Options& o) {
+  const std::string dt = dtype_name(o.dtype);
+  std::ostringstream js;
+  js << "{\"benchmarks\": [";
+  bool first = true;
+  for (int64_t size : o.sizes) {
+    std::vector<std::unique_ptr<FluxTransformer2DModel>> models;
+    std::vector<FluxTransformer2DModel*> of_mode;
+    FluxTransformer2DModel* shared_eager = nullptr;
+    for (const auto& m : o.modes) {
+      if ((m == "eager" || m == "defer") && shared_eager) {
+        of_mode.push_back(shared_eager);
+        continue;
+      }
+      models.push_back(FluxTransformer2DModel::from_pretrained(o.model, o.dtype));
+      of_mode.push_back(models.back().get());
+      if (m == "eager" || m == "defer") shared_eager = models.back().get();
+    }
+    const FluxTransformerInputs in =
+        bench::random_flux_inputs(models[0]->config, size, size, o.txt, models[0]->dtype());
+    const size_t nm = o.modes.size();
+    std::vector<ModeStats> stats(nm);
+    std::vector<std::vector<double>> cpu(nm), wall(nm);
+    auto step = [&](size_t k, bool timed) {
+      set_eager_mode(o.modes[k] == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
+      const ModeStats before = mode_stats();
+      const std::clock_t c0 = std::clock();
+      const auto t0 = std::chrono::steady_clock::now();
+      run_step(*of_mode[k], in);
+      const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double c = double(std::clock() - c0) / CLOCKS_PER_SEC;
+      set_eager_mode(EagerMode::DeferNever);
+      if (!timed) return;
+      const ModeStats after = mode_stats();
+      stats[k].ops_dispatched += after.ops_dispatched - before.ops_dispatched;
+      stats[k].fused_kernels += after.fused_kernels - before.fused_kernels;
+      cpu[k].push_back(c * 1e3);
+      wall[k].push_back(w * 1e3);
+    };
+    for (size_t k = 0; k < nm; ++k) {
+      if (o.modes[k] == "compile") of_mode[k]->compile();
+      if (o.modes[k] == "regional") of_mode[k]->compile_repeated_blocks();
+      for (int64_t i = 0; i < std::max<int64_t>(o.warmup, 1); ++i) step(k, false);
+    }
+    // A turn is kTurn steps of one mode; the first re-warms the caches the other modes used
+    // (back to back, as in a denoising loop) and is not timed.
+    constexpr int kTurn = 8;
+    for (int64_t r = 0; r < o.interleave; ++r)
+      for (size_t k = 0; k < nm; ++k)
+        for (int i = 0; i < kTurn; ++i) step(k, i > 0);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    const auto eager_it = std::find(o.modes.begin(), o.modes.end(), "eager");
+    const size_t ke = size_t(eager_it - o.modes.begin());
+    for (size_t k = 0; k < nm; ++k) {
+      const auto& c = cpu[k];
+      const auto& w = wall[k];
+      double sum_w = 0, sum_c = 0;
+      for (size_t i = 0; i < c.size(); ++i) sum_w += w[i], sum_c += c[i];
+      std::vector<double> ratios;
+      if (eager_it != o.modes.end())
+        for (size_t i = 0; i < c.size(); ++i) ratios.push_back(cpu[ke][i] / c[i]);
+      const double n = double(std::max<size_t>(c.size(), 1));
+      js << (first ? "" : ",") << "\n {\"run_name\": \"flux_step/" << dt << "/" << size << "/"
+         << o.modes[k] << "\", \"real_time\": " << sum_w / n
+         << ", \"best_ms\": " << *std::min_element(w.begin(), w.end())
+         << ", \"best_cpu_ms\": " << *std::min_element(c.begin(), c.end())
+         << ", \"mean_cpu_ms\": " << sum_c / n << ", \"median_cpu_ms\": " << median(c)
+         << ", \"median_round_ratio\": " << median(ratios) << ", \"rounds\": " << c.size()
+         << ", \"threads\": " << num_threads()
+         << ", \"ops_per_step\": " << double(stats[k].ops_dispatched) / n
+         << ", \"fused_per_step\": " << double(stats[k].fused_kernels) / n << "}";
+      first = false;
+    }
+  }
+  js << "\n]}\n";
+  std::cout << js.str();
+}
+
 int main_impl(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   Options o;
@@ -181,10 +269,13 @@ int main_impl(int argc, char** argv) {
       o.warmup = std::stoll(value());
     } else if (a == "--vae") {
       o.vae = value();
+    } else if (a == "--interleave") {
+      o.interleave = std::stoll(value());
+      if (o.interleave <= 0) throw std::runtime_error("[flux_bench] --interleave needs rounds > 0");
     } else {
       throw std::runtime_error("[flux_bench] unknown argument '" + a +
                                "'; expected --model, --dtype, --sizes, --txt, --modes, --iters, "
-                               "--warmup or Google Benchmark flags");
+                               "--warmup, --vae, --interleave or Google Benchmark flags");
     }
   }
   for (int64_t s : o.sizes)
@@ -203,6 +294,10 @@ int main_impl(int argc, char** argv) {
     }
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
+    return 0;
+  }
+  if (o.interleave > 0) {
+    run_interleaved(o);
     return 0;
   }
   const auto model = FluxTransformer2DModel::from_pretrained(o.model, o.dtype);

@@ -183,11 +183,14 @@ def run_torch(model: pathlib.Path, dtype: str, sizes, txt: int, threads: int, it
 
 # ---------------------------------------------------------------- tessera side
 def run_tessera(bench: pathlib.Path, model: pathlib.Path, dtype: str, sizes, txt: int,
-                modes, threads: int, iters: int, warmup: int, min_seconds: float):
+                modes, threads: int, iters: int, warmup: int, min_seconds: float,
+                interleave: int = 0):
     cmd = [str(bench), "--model", str(model), "--dtype", dtype, "--sizes",
            ",".join(map(str, sizes)), "--txt", str(txt), "--modes", ",".join(modes), "--warmup",
            str(warmup), "--benchmark_format=json", f"--benchmark_min_time={min_seconds}"]
-    if iters:
+    if interleave:
+        cmd += ["--interleave", str(interleave)]  # modes in turns of a few steps, N rounds
+    elif iters:
         cmd += ["--iters", str(iters)]
     out = subprocess.run(cmd, env=thread_env(threads), check=True, capture_output=True,
                          text=True).stdout
@@ -241,6 +244,10 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=0,
                     help="timed steps (0: tiny runs for --min-seconds, mini runs 2)")
     ap.add_argument("--min-seconds", type=float, default=2.0)
+    ap.add_argument("--interleave", type=int, default=0,
+                    help="tessera's modes take turns of 8 steps (7 timed), for N rounds (a "
+                         "shared machine's load then falls on all alike); adds the median over "
+                         "paired steps of eager CPU / mode CPU in the same round")
     ap.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path("/tmp/tessera-flux-mini"))
     # Internal: the torch side in its own process.
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
@@ -299,7 +306,7 @@ def main() -> int:
             iters, warmup = args.iters or 2, 1
         for dt in dtypes:
             tes = run_tessera(bench, model, dt, sizes, txt, modes, args.threads, iters, warmup,
-                              args.min_seconds)
+                              args.min_seconds, args.interleave)
             ref = run_torch(model, dt, sizes, txt, args.threads, iters, warmup, args.min_seconds)
             print(f"\n## {wl} {dt} (text tokens {txt}), load average {os.getloadavg()[0]:.2f}")
             ceil = None
@@ -309,6 +316,8 @@ def main() -> int:
                       f"{ceil[1]:.0f} per CPU-second")
             head = "| size | side | best ms | mean ms | best CPU ms | vs torch (wall) | " \
                    "vs torch (CPU) | vs eager (wall) | vs eager (CPU) | ops/step | fused/step |"
+            if args.interleave:
+                head += " median CPU ms | median round ratio vs eager |"
             if ceil:
                 head += " GFLOP/s wall | of ceiling | GFLOP/s per CPU | of ceiling |"
             print(head)
@@ -329,6 +338,9 @@ def main() -> int:
                                  f"{c.get('fused_per_step', 0):.0f} |")
                     else:
                         line += "- | - | - | - |"
+                    if args.interleave:
+                        line += (f" {c['median_cpu_ms']:.3f} | {c['median_round_ratio']:.2f}x |"
+                                 if c else " - | - |")
                     if ceil:
                         gf = (eager or b)["GFLOP"] if eager else None
                         if gf:
