@@ -230,7 +230,8 @@ void run_interleaved(const Options& o) {
          << ", \"best_cpu_ms\": " << *std::min_element(c.begin(), c.end())
          << ", \"mean_cpu_ms\": " << sum_c / n << ", \"median_cpu_ms\": " << median(c)
          << ", \"median_round_ratio\": " << median(ratios) << ", \"rounds\": " << c.size()
-         << ", \"threads\": " << num_threads()
+         << ", \"threads\": " << num_threads() << ", \"GFLOP\": "
+         << step_flops(models[0]->config, (size / 16) * (size / 16), o.txt) / 1e9
          << ", \"ops_per_step\": " << double(stats[k].ops_dispatched) / n
          << ", \"fused_per_step\": " << double(stats[k].fused_kernels) / n << "}";
       first = false;

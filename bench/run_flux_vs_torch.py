@@ -317,7 +317,7 @@ def main() -> int:
             head = "| size | side | best ms | mean ms | best CPU ms | vs torch (wall) | " \
                    "vs torch (CPU) | vs eager (wall) | vs eager (CPU) | ops/step | fused/step |"
             if args.interleave:
-                head += " median CPU ms | median round ratio vs eager |"
+                head += " median CPU ms | median paired ratio vs eager (CPU) |"
             if ceil:
                 head += " GFLOP/s wall | of ceiling | GFLOP/s per CPU | of ceiling |"
             print(head)
