@@ -25,7 +25,12 @@ void Copy::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const int64_t rows = inner ? n / inner : 0;
   Shape outer(src.shape().begin(), src.shape().end() - (src.ndim() ? 1 : 0));
   Strides outer_st(src.strides().begin(), src.strides().end() - (src.ndim() ? 1 : 0));
-  std::vector<int64_t> row_offsets;
+  // Reused per thread: a fresh vector of a few KB per call went through malloc's slow bins on
+  // every strided copy (a deferred FLUX step makes dozens). Bound by reference before the
+  // parallel loop, so workers read this thread's vector.
+  static thread_local std::vector<int64_t> offsets_buffer;
+  std::vector<int64_t>& row_offsets = offsets_buffer;
+  row_offsets.clear();
   row_offsets.reserve(size_t(rows));
   for_each_offset(outer, outer_st, src.offset(), [&](int64_t off) { row_offsets.push_back(off); });
   const size_t ss = dtype_size(src.dtype()), ds = dtype_size(dst.dtype());
