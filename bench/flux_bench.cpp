@@ -42,8 +42,8 @@ struct Options {
   std::vector<std::string> modes{"eager", "defer", "compile", "regional"};
   int64_t iters = 0;  // 0: Google Benchmark chooses
   int64_t warmup = 2;
-  std::string vae;  // --vae DIR: time AutoencoderKL.decode instead of the transformer
-  int64_t interleave = 0;  // rounds of one step per mode in turn (0: one mode after another)
+  std::string vae;         // --vae DIR: time AutoencoderKL.decode instead of the transformer
+  int64_t interleave = 0;  // rounds of turns of a few steps per mode (0: one mode after another)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -91,6 +91,18 @@ void run_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& 
   benchmark::DoNotOptimize(y.raw_data());
 }
 
+struct StepTime {
+  double wall = 0, cpu = 0;  // seconds; cpu is the process's, all threads
+};
+
+StepTime timed_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& in) {
+  const std::clock_t c0 = std::clock();
+  const auto t0 = std::chrono::steady_clock::now();
+  run_step(model, in);
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+          double(std::clock() - c0) / CLOCKS_PER_SEC};
+}
+
 void bench_step(benchmark::State& st, FluxTransformer2DModel* model, std::string mode, int64_t size,
                 int64_t txt, int64_t warmup) {
   const FluxTransformerInputs in = bench::random_flux_inputs(model->config, size, size, txt, model->dtype());
@@ -100,15 +112,10 @@ void bench_step(benchmark::State& st, FluxTransformer2DModel* model, std::string
   double best_wall = 1e30, best_cpu = 1e30, sum_cpu = 0;
   int64_t n = 0;
   for (auto _ : st) {
-    const std::clock_t c0 = std::clock();
-    const auto t0 = std::chrono::steady_clock::now();
-    run_step(*model, in);
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;
-    best_wall = std::min(best_wall, wall);
-    best_cpu = std::min(best_cpu, cpu);
-    sum_cpu += cpu;
+    const StepTime t = timed_step(*model, in);
+    best_wall = std::min(best_wall, t.wall);
+    best_cpu = std::min(best_cpu, t.cpu);
+    sum_cpu += t.cpu;
     ++n;
   }
   const ModeStats s = mode_stats();
@@ -185,18 +192,14 @@ void run_interleaved(const Options& o) {
     auto step = [&](size_t k, bool timed) {
       set_eager_mode(o.modes[k] == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
       const ModeStats before = mode_stats();
-      const std::clock_t c0 = std::clock();
-      const auto t0 = std::chrono::steady_clock::now();
-      run_step(*of_mode[k], in);
-      const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double c = double(std::clock() - c0) / CLOCKS_PER_SEC;
+      const StepTime t = timed_step(*of_mode[k], in);
       set_eager_mode(EagerMode::DeferNever);
       if (!timed) return;
       const ModeStats after = mode_stats();
       stats[k].ops_dispatched += after.ops_dispatched - before.ops_dispatched;
       stats[k].fused_kernels += after.fused_kernels - before.fused_kernels;
-      cpu[k].push_back(c * 1e3);
-      wall[k].push_back(w * 1e3);
+      cpu[k].push_back(t.cpu * 1e3);
+      wall[k].push_back(t.wall * 1e3);
     };
     for (size_t k = 0; k < nm; ++k) {
       if (o.modes[k] == "compile") of_mode[k]->compile();
@@ -230,8 +233,8 @@ void run_interleaved(const Options& o) {
          << ", \"best_cpu_ms\": " << *std::min_element(c.begin(), c.end())
          << ", \"mean_cpu_ms\": " << sum_c / n << ", \"median_cpu_ms\": " << median(c)
          << ", \"median_round_ratio\": " << median(ratios) << ", \"rounds\": " << c.size()
-         << ", \"threads\": " << num_threads() << ", \"GFLOP\": "
-         << step_flops(models[0]->config, (size / 16) * (size / 16), o.txt) / 1e9
+         << ", \"threads\": " << num_threads()
+         << ", \"GFLOP\": " << step_flops(models[0]->config, (size / 16) * (size / 16), o.txt) / 1e9
          << ", \"ops_per_step\": " << double(stats[k].ops_dispatched) / n
          << ", \"fused_per_step\": " << double(stats[k].fused_kernels) / n << "}";
       first = false;

@@ -289,7 +289,6 @@ TEST(Elementwise, RoundBf16InPlaceIsConvertAndBack) {
   }
 }
 
-
 TEST(Elementwise, NormRowKernelsAreTheChainedTableCalls) {
   // layer_norm_row / rms_norm_row give, on every ISA, the bits of the table calls that norm.cpp
   // chains for rows longer than a chunk (sum, sum_sq_dev, scale_shift; sum_sq and two multiplies).
@@ -298,7 +297,8 @@ TEST(Elementwise, NormRowKernelsAreTheChainedTableCalls) {
   for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
     if (cpu_isa() < isa) continue;
     const EwKernels& k = ew_kernels_for(isa);
-    for (int64_t n : {int64_t(1), int64_t(5), int64_t(16), int64_t(31), int64_t(32), int64_t(100), kEwChunk}) {
+    for (int64_t n :
+         {int64_t(1), int64_t(5), int64_t(16), int64_t(31), int64_t(32), int64_t(100), kEwChunk}) {
       const size_t len = static_cast<size_t>(n);
       std::vector<float> x(len), w(len), got(len), want(len);
       for (int64_t i = 0; i < n; ++i) {
@@ -319,7 +319,8 @@ TEST(Elementwise, NormRowKernelsAreTheChainedTableCalls) {
       double ss = 0;
       ss += k.sum_sq(x.data(), n);
       const float rr = 1.f / std::sqrt(float(ss) / float(n) + eps);
-      for (const float* wp : {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
+      for (const float* wp :
+           {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
         k.binary(BinaryOp::mul, x.data(), 1, &rr, 0, want.data(), n);
         if (wp) k.binary(BinaryOp::mul, want.data(), 1, wp, 1, want.data(), n);
         k.rms_norm_row(x.data(), n, eps, wp, got.data());

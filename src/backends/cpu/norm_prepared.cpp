@@ -23,7 +23,8 @@ class PreparedRmsNorm final : public PreparedKernel {
     const float eps = eps_;
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)),
                  [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r) k.rms_norm_row(x + r * d, d, eps, w, o + r * d);
+                   for (int64_t r = r0; r < r1; ++r)
+                     k.rms_norm_row(x + r * d, d, eps, w, o + r * d);
                  });
   }
 
