@@ -149,6 +149,18 @@ TEST(PreparedKernel, RopeMatchesEvalBitForBit) {
                          (layout == RopeLayout::interleaved ? " interleaved" : " halves"));
     }
   }
+  // Rows split over two threads (chunks starting inside a sequence and a batch) and a head
+  // dim that is not a multiple of four (the rotation's scalar tail).
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (const Shape& x : {Shape{2, 300, 3, 16}, Shape{2, 50, 3, 6}}) {
+    ApplyRope op(RopeLayout::interleaved, RopeMath::fp32, 1);
+    const Shape tab{2, x[1], x[3]};
+    check_prepared(op,
+                   {{rnd(x, DType::f32, 1), rnd(tab, DType::f32, 2), rnd(tab, DType::f32, 3)}},
+                   {{x, DType::f32}}, "rope batched, 2 threads, D " + std::to_string(x[3]));
+  }
+  set_num_threads(saved);
   ApplyRope seq2(RopeLayout::interleaved, RopeMath::input_dtype, 2);  // (B, H, S, D)
   check_prepared(seq2,
                  {{rnd({1, 2, 24, 8}, DType::f32, 1), rnd({24, 8}, DType::f32, 2),

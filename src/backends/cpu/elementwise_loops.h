@@ -1,7 +1,8 @@
 // Row kernels written as plain loops the compiler vectorises. Included once per ISA file
 // (elementwise_scalar.cpp, elementwise_avx2.cpp, elementwise_avx512.cpp), each compiled with its
 // own -m flags; everything here has internal linkage so no AVX code leaks into another file.
-// Define EW_TABLE_NAME before including: the name of the table function this file exports.
+// Define EW_TABLE_NAME before including: the name of the table function this file exports;
+// optionally EW_GELU_TANH_F32, a function (const float*, float*, int64_t) for f32 GELU-tanh rows.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -167,7 +168,14 @@ void k_unary(UnaryOp op, const T* x, T* o, int64_t n, bool bf16_steps) {
     case UnaryOp::square: EW_UNARY_LOOP(v * v);
     case UnaryOp::silu: EW_UNARY_LOOP(ew_silu(v));
     case UnaryOp::gelu: EW_UNARY_LOOP(ew_gelu(v));
-    case UnaryOp::gelu_tanh: EW_UNARY_LOOP(ew_gelu_tanh(v));
+    case UnaryOp::gelu_tanh:
+#ifdef EW_GELU_TANH_F32  // an ISA file's own loop for f32 rows
+      if constexpr (sizeof(T) == 4) {
+        EW_GELU_TANH_F32(x, o, n);
+        return;
+      }
+#endif
+      EW_UNARY_LOOP(ew_gelu_tanh(v));
     case UnaryOp::relu: EW_UNARY_LOOP((v > 0.f || v != v) ? v : 0.f);
     case UnaryOp::quick_gelu:
       // transformers' QuickGELU is x * sigmoid(1.702 * x): three torch ops, each rounding.

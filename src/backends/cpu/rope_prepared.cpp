@@ -3,11 +3,36 @@
 // vectors per call; here the rotation reads and writes the tensors in place. The arithmetic is
 // eval_cpu's fp32 branch term for term (two products, then the sum; this file is built for
 // baseline x86-64 as rope.cpp, so nothing is contracted into an FMA), hence the same bits.
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "ops/rope.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
 namespace {
+
+// y = (x0 c0 - x1 s0, x1 c1 + x0 s1) per pair: the products rounded, then one sum (a - b is
+// a + (-b) exactly), so the SSE2 form gives the scalar loop's bits four lanes at a time.
+void rotate_pairs(const float* x, const float* c, const float* s, float* y, int64_t D) {
+  int64_t j = 0;
+#ifdef __SSE2__
+  const __m128 neg_even = _mm_castsi128_ps(_mm_set_epi32(0, int(0x80000000u), 0, int(0x80000000u)));
+  for (; j + 4 <= D; j += 4) {
+    const __m128 v = _mm_loadu_ps(x + j);
+    const __m128 swapped = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1));
+    const __m128 a = _mm_mul_ps(v, _mm_loadu_ps(c + j));
+    const __m128 t = _mm_xor_ps(_mm_mul_ps(swapped, _mm_loadu_ps(s + j)), neg_even);
+    _mm_storeu_ps(y + j, _mm_add_ps(a, t));
+  }
+#endif
+  for (; j < D; j += 2) {
+    const float x0 = x[j], x1 = x[j + 1];
+    y[j] = x0 * c[j] - x1 * s[j];
+    y[j + 1] = x1 * c[j + 1] + x0 * s[j + 1];
+  }
+}
 
 class PreparedRope final : public PreparedKernel {
  public:
@@ -28,23 +53,27 @@ class PreparedRope final : public PreparedKernel {
     const int64_t D = D_, half = D / 2, rows = out[0].numel() / std::max<int64_t>(D, 1);
     const int64_t grain = std::max<int64_t>(256, 8192 / std::max<int64_t>(D, 1));  // as eval
     parallel_for(rows, grain, [&](int64_t b, int64_t e) {
+      // Row r's table row, kept as counters: two integer divisions per 16-float row cost more
+      // than its rotation.
+      int64_t p = b % per_s_, s_idx = (b / per_s_) % S_, in_batch = b % rows_per_batch_,
+              batch = b / rows_per_batch_;
       for (int64_t r = b; r < e; ++r) {
-        const int64_t s_idx = (r / per_s_) % S_;
-        const int64_t table_row = (batched_ ? (r / rows_per_batch_) * S_ : 0) + s_idx;
+        const int64_t table_row = (batched_ ? batch * S_ : 0) + s_idx;
         const float* cp = cos_base + table_row * D;
         const float* sp = sin_base + table_row * D;
         const float* x = src + r * D;
         float* y = dst + r * D;
-        if (interleaved_) {
-          for (int64_t j = 0; j < D; j += 2) {
-            const float x0 = x[j], x1 = x[j + 1];
-            y[j] = x0 * cp[j] - x1 * sp[j];
-            y[j + 1] = x1 * cp[j + 1] + x0 * sp[j + 1];
-          }
-        } else {
+        if (interleaved_)
+          rotate_pairs(x, cp, sp, y, D);
+        else {
           for (int64_t j = 0; j < half; ++j) y[j] = x[j] * cp[j] - x[j + half] * sp[j];
           for (int64_t j = half; j < D; ++j) y[j] = x[j] * cp[j] + x[j - half] * sp[j];
         }
+        if (++p == per_s_) {
+          p = 0;
+          if (++s_idx == S_) s_idx = 0;
+        }
+        if (++in_batch == rows_per_batch_) in_batch = 0, ++batch;
       }
     });
   }
