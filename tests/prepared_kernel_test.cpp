@@ -156,8 +156,7 @@ TEST(PreparedKernel, RopeMatchesEvalBitForBit) {
   for (const Shape& x : {Shape{2, 300, 3, 16}, Shape{2, 50, 3, 6}}) {
     ApplyRope op(RopeLayout::interleaved, RopeMath::fp32, 1);
     const Shape tab{2, x[1], x[3]};
-    check_prepared(op,
-                   {{rnd(x, DType::f32, 1), rnd(tab, DType::f32, 2), rnd(tab, DType::f32, 3)}},
+    check_prepared(op, {{rnd(x, DType::f32, 1), rnd(tab, DType::f32, 2), rnd(tab, DType::f32, 3)}},
                    {{x, DType::f32}}, "rope batched, 2 threads, D " + std::to_string(x[3]));
   }
   set_num_threads(saved);

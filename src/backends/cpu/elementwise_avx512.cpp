@@ -11,10 +11,11 @@
 namespace tessera {
 namespace {
 
-// ew_exp's steps (elementwise_loops.h) for GELU-tanh's argument -2|u|: Cephes' polynomial, the power
-// of two applied by scalef. Differences from ew_exp are confined to results below 2^-125 (scaled
-// in one rounding instead of two; below -87.34 not flushed to 0), which leave 1 - 2e / (1 + e) at
-// exactly 1; a NaN argument gives a finite value here, and GELU's final product with x the NaN.
+// ew_exp's steps (elementwise_loops.h) for GELU-tanh's argument -2|u|: Cephes' polynomial, the
+// power of two applied by scalef. Differences from ew_exp are confined to results below 2^-125
+// (scaled in one rounding instead of two; below -87.34 not flushed to 0), which leave 1 - 2e / (1 +
+// e) at exactly 1; a NaN argument gives a finite value here, and GELU's final product with x the
+// NaN.
 inline __m512 exp_for_gelu_ps(__m512 x) {
   const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.3365478515625f));
   const __m512 big = _mm512_set1_ps(12582912.f);
@@ -42,7 +43,8 @@ void gelu_tanh_f32_avx512(const float* x, float* o, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
     const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-    const __m512 u = _mm512_mul_ps(c0, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(c1, v), v), v, v));
+    const __m512 u =
+        _mm512_mul_ps(c0, _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(c1, v), v), v, v));
     const __m512 a = _mm512_andnot_ps(sign, u);
     const __m512 e = exp_for_gelu_ps(_mm512_mul_ps(_mm512_set1_ps(-2.f), a));
     const __m512 num = _mm512_add_ps(e, e), den = _mm512_add_ps(one, e);

@@ -7,7 +7,9 @@
 #include <emmintrin.h>
 #endif
 
+#include "backends/cpu/rope_kernels.h"
 #include "ops/rope.h"
+#include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -63,7 +65,9 @@ class PreparedRope final : public PreparedKernel {
         const float* sp = sin_base + table_row * D;
         const float* x = src + r * D;
         float* y = dst + r * D;
-        if (interleaved_)
+        if (interleaved_ && avx512_)
+          cpu::rope_rotate_pairs_f32_avx512(x, cp, sp, y, D);
+        else if (interleaved_)
           rotate_pairs(x, cp, sp, y, D);
         else {
           for (int64_t j = 0; j < half; ++j) y[j] = x[j] * cp[j] - x[j + half] * sp[j];
@@ -80,6 +84,7 @@ class PreparedRope final : public PreparedKernel {
 
  private:
   bool interleaved_;
+  bool avx512_ = cpu_isa() >= CpuIsa::avx512;
   int64_t D_, S_, per_s_;
   bool batched_;
   int64_t rows_per_batch_;
