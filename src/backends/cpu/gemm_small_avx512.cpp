@@ -24,6 +24,7 @@ inline void block(const SmallGemm& g, int64_t m, int64_t n, __mmask16 tail) {
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 4
   for (int64_t k = 0; k < K; ++k) {
     __m512 bv[V];
     const float* b = bp + k * ldb;
@@ -36,14 +37,23 @@ inline void block(const SmallGemm& g, int64_t m, int64_t n, __mmask16 tail) {
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
+  // Read g's fields once: a store through c could alias them as far as the compiler knows.
+  const float* bias = g.bias;
+  const bool accumulate = g.accumulate;
+  float* c0 = g.c + m * g.ldc + n;
+  const int64_t ldc = g.ldc;
+  __m512 bias_v[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v)
+    bias_v[v] = bias ? _mm512_maskz_loadu_ps(mk[v], bias + n + 16 * v) : _mm512_setzero_ps();
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    float* c = g.c + (m + r) * g.ldc + n;
+    float* c = c0 + r * ldc;
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
       __m512 x = acc[r][v];
-      if (g.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], g.bias + n + 16 * v));
-      if (g.accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], c + 16 * v));
+      if (bias) x = _mm512_add_ps(x, bias_v[v]);
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], c + 16 * v));
       _mm512_mask_storeu_ps(c + 16 * v, mk[v], x);
     }
   }
