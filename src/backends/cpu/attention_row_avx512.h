@@ -105,6 +105,7 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
   const __m512 vs = prescaled ? _mm512_set1_ps(1.f) : vscale;
   __m512 vsum = _mm512_setzero_ps();
   const int64_t vec_end = n - n % 16;
+#pragma GCC unroll 2
   for (int64_t j = 0; j < vec_end; j += 16) {
     pump();
     const __mmask16 kv = j < nvalid ? tail_mask(nvalid - j) : __mmask16(0);
