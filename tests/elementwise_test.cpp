@@ -297,35 +297,40 @@ TEST(Elementwise, NormRowKernelsAreTheChainedTableCalls) {
   for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
     if (cpu_isa() < isa) continue;
     const EwKernels& k = ew_kernels_for(isa);
-    for (int64_t n :
-         {int64_t(1), int64_t(5), int64_t(16), int64_t(31), int64_t(32), int64_t(100), kEwChunk}) {
-      const size_t len = static_cast<size_t>(n);
-      std::vector<float> x(len), w(len), got(len), want(len);
-      for (int64_t i = 0; i < n; ++i) {
-        x[size_t(i)] = 3.f + 40.f * nd(rng);  // an offset, so the mean matters
-        w[size_t(i)] = nd(rng);
-      }
-      const float eps = 1e-6f;
-      double s = 0, q = 0;
-      s += k.sum(x.data(), n);
-      const float mean = float(s / double(n));
-      q += k.sum_sq_dev(x.data(), mean, n);
-      const float var = float(q / double(n));
-      const float rstd = 1.f / std::sqrt(std::max(var, 0.f) + eps);
-      k.scale_shift(x.data(), rstd, -rstd * mean, want.data(), n);
-      k.layer_norm_row(x.data(), n, eps, got.data());
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * 4), 0)
-          << "layer_norm_row " << cpu_isa_name(isa) << " n=" << n;
-      double ss = 0;
-      ss += k.sum_sq(x.data(), n);
-      const float rr = 1.f / std::sqrt(float(ss) / float(n) + eps);
-      for (const float* wp :
-           {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
-        k.binary(BinaryOp::mul, x.data(), 1, &rr, 0, want.data(), n);
-        if (wp) k.binary(BinaryOp::mul, want.data(), 1, wp, 1, want.data(), n);
-        k.rms_norm_row(x.data(), n, eps, wp, got.data());
+    // Rows of 16k floats (FLUX's head and hidden widths) take the AVX-512 file's register path:
+    // many rows of those, one of the rest.
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(16), int64_t(31), int64_t(32), int64_t(64),
+                      int64_t(100), int64_t(128), kEwChunk}) {
+      for (int rep = 0; rep < (n % 16 == 0 ? 64 : 1); ++rep) {
+        const size_t len = static_cast<size_t>(n);
+        std::vector<float> x(len), w(len), got(len), want(len);
+        for (int64_t i = 0; i < n; ++i) {
+          x[size_t(i)] = 3.f + 40.f * nd(rng);  // an offset, so the mean matters
+          w[size_t(i)] = nd(rng);
+        }
+        const float eps = 1e-6f;
+        double s = 0, q = 0;
+        s += k.sum(x.data(), n);
+        const float mean = float(s / double(n));
+        q += k.sum_sq_dev(x.data(), mean, n);
+        const float var = float(q / double(n));
+        const float rstd = 1.f / std::sqrt(std::max(var, 0.f) + eps);
+        k.scale_shift(x.data(), rstd, -rstd * mean, want.data(), n);
+        k.layer_norm_row(x.data(), n, eps, got.data());
         ASSERT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * 4), 0)
-            << "rms_norm_row " << cpu_isa_name(isa) << " n=" << n << " weight=" << (wp != nullptr);
+            << "layer_norm_row " << cpu_isa_name(isa) << " n=" << n;
+        double ss = 0;
+        ss += k.sum_sq(x.data(), n);
+        const float rr = 1.f / std::sqrt(float(ss) / float(n) + eps);
+        for (const float* wp :
+             {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
+          k.binary(BinaryOp::mul, x.data(), 1, &rr, 0, want.data(), n);
+          if (wp) k.binary(BinaryOp::mul, want.data(), 1, wp, 1, want.data(), n);
+          k.rms_norm_row(x.data(), n, eps, wp, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * 4), 0)
+              << "rms_norm_row " << cpu_isa_name(isa) << " n=" << n
+              << " weight=" << (wp != nullptr);
+        }
       }
     }
   }

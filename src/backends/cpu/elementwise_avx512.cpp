@@ -57,10 +57,66 @@ void gelu_tanh_f32_avx512(const float* x, float* o, int64_t n) {
   }
 }
 
+// Norm rows whose length is a multiple of 16 (FLUX's 16-128) in registers: the 16-lane partial
+// sums and their pairwise combine of EW_LANE_SUM, then the scalar steps of k_layer_norm_row /
+// k_rms_norm_row, operation for operation (the vectorised loops contract x * a + b and
+// acc + d * d into FMAs; so does this). Returns false for other lengths (the generic loops run).
+inline float lane_tree(__m512 acc) {  // acc[j] += acc[j + w] for w = 8, 4, 2, 1
+  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+  const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+  return _mm_cvtss_f32(_mm_add_ss(a2, _mm_shuffle_ps(a2, a2, 1)));
+}
+
+bool layer_norm_row_x16_avx512(const float* x, int64_t n, float eps, float* o) {
+  if (n % 16 != 0 || n == 0) return false;
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + i));
+  double s = 0;
+  s += lane_tree(acc);
+  const float mean = float(s / double(n));
+  const __m512 vm = _mm512_set1_ps(mean);
+  acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), vm);
+    acc = _mm512_fmadd_ps(d, d, acc);
+  }
+  double q = 0;
+  q += lane_tree(acc);
+  const float var = float(q / double(n));
+  const float rstd = 1.f / __builtin_sqrtf((var < 0.f ? 0.f : var) + eps);
+  float shift = -rstd * mean;
+  __asm__("" : "+x"(shift));  // one rounded product, as k_layer_norm_row
+  const __m512 a = _mm512_set1_ps(rstd), b = _mm512_set1_ps(shift);
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(o + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), a, b));
+  return true;
+}
+
+bool rms_norm_row_x16_avx512(const float* x, int64_t n, float eps, const float* w, float* o) {
+  if (n % 16 != 0 || n == 0) return false;
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    acc = _mm512_fmadd_ps(v, v, acc);
+  }
+  double ss = 0;
+  ss += lane_tree(acc);
+  const __m512 rr = _mm512_set1_ps(1.f / __builtin_sqrtf(float(ss) / float(n) + eps));
+  for (int64_t i = 0; i < n; i += 16) {
+    __m512 t = _mm512_mul_ps(_mm512_loadu_ps(x + i), rr);
+    if (w) t = _mm512_mul_ps(t, _mm512_loadu_ps(w + i));
+    _mm512_storeu_ps(o + i, t);
+  }
+  return true;
+}
+
 }  // namespace
 }  // namespace tessera
 
 #define EW_TABLE_NAME ew_kernels_avx512
 #define EW_TABLE_ISA CpuIsa::avx512
 #define EW_GELU_TANH_F32 gelu_tanh_f32_avx512
+#define EW_LAYER_NORM_ROW_X16 layer_norm_row_x16_avx512
+#define EW_RMS_NORM_ROW_X16 rms_norm_row_x16_avx512
 #include "backends/cpu/elementwise_loops.h"

@@ -2,7 +2,8 @@
 // (elementwise_scalar.cpp, elementwise_avx2.cpp, elementwise_avx512.cpp), each compiled with its
 // own -m flags; everything here has internal linkage so no AVX code leaks into another file.
 // Define EW_TABLE_NAME before including: the name of the table function this file exports;
-// optionally EW_GELU_TANH_F32, a function (const float*, float*, int64_t) for f32 GELU-tanh rows.
+// optionally EW_GELU_TANH_F32, a function (const float*, float*, int64_t) for f32 GELU-tanh rows,
+// and EW_LAYER_NORM_ROW_X16 / EW_RMS_NORM_ROW_X16, row kernels returning false where they decline.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -232,6 +233,9 @@ void k_scale_shift(const float* x, float a, float b, float* o, int64_t n) {
 // scale chained exactly as norm.cpp's drivers chain the table calls (same order, same roundings),
 // in one call per row instead of three to five calls and a copy (FLUX's rows are 16-128 wide).
 void k_layer_norm_row(const float* x, int64_t n, float eps, float* o) {
+#ifdef EW_LAYER_NORM_ROW_X16  // an ISA file's own rows of 16k floats (the same steps)
+  if (EW_LAYER_NORM_ROW_X16(x, n, eps, o)) return;
+#endif
   double s = 0, q = 0;
   s += k_sum(x, n);
   const float mean = float(s / double(n));
@@ -245,6 +249,9 @@ void k_layer_norm_row(const float* x, int64_t n, float eps, float* o) {
 
 // x * r, then * w[i] when w is given: two roundings, as the driver's two binary multiplies.
 void k_rms_norm_row(const float* x, int64_t n, float eps, const float* w, float* o) {
+#ifdef EW_RMS_NORM_ROW_X16
+  if (EW_RMS_NORM_ROW_X16(x, n, eps, w, o)) return;
+#endif
   double ss = 0;
   ss += k_sum_sq(x, n);
   const float rr = 1.f / __builtin_sqrtf(float(ss) / float(n) + eps);
