@@ -163,7 +163,9 @@ class PreparedSdpa final : public PreparedKernel {
             const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
             const float alpha = row_fn_(w->S.as<float>() + r * KB_, kn, nvalid, a.scale, nullptr,
                                         m + r, l + r, w->P.as<char>() + r * KB_ * es, a.bf16);
-            if (alpha != 1.f) cpu::scale_row(w->acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512_);
+            // The first key tile's accumulators are still zero: scaling them changes nothing.
+            if (alpha != 1.f && k0 > 0)
+              cpu::scale_row(w->acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512_);
           }
           if (small_)
             pv_small(*w, a, a.vrow(b, hk, k0), qn, kn);

@@ -105,11 +105,10 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
   const __m512 vs = prescaled ? _mm512_set1_ps(1.f) : vscale;
   __m512 vsum = _mm512_setzero_ps();
   const int64_t vec_end = n - n % 16;
-#pragma GCC unroll 2
-  for (int64_t j = 0; j < vec_end; j += 16) {
+  // One 16-score vector: scale, subtract the max, exp, add to the sum, store the probabilities.
+  auto step = [&](int64_t j, __mmask16 kv, bool full) {
     pump();
-    const __mmask16 kv = j < nvalid ? tail_mask(nvalid - j) : __mmask16(0);
-    __m512 x = _mm512_maskz_loadu_ps(kv, s + j);
+    __m512 x = full ? _mm512_loadu_ps(s + j) : _mm512_maskz_loadu_ps(kv, s + j);
     if (!prescaled) x = _mm512_mul_ps(x, vs);
     const __m512 e = exp_u20_nonpos_ps(_mm512_sub_ps(x, vm), kv);
     vsum = _mm512_add_ps(vsum, e);
@@ -120,7 +119,13 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
                           to_bf16_native(e));
     else
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + j), to_bf16(e));
-  }
+  };
+  // Vectors wholly visible (the common case) without the per-vector mask; then the rest.
+  const int64_t full_end = std::min(vec_end, nvalid / 16 * 16);
+  int64_t j = 0;
+#pragma GCC unroll 2
+  for (; j < full_end; j += 16) step(j, __mmask16(0xffff), true);
+  for (; j < vec_end; j += 16) step(j, j < nvalid ? tail_mask(nvalid - j) : __mmask16(0), false);
   float sum_tail = 0.f;
   for (int64_t j = vec_end; j < n; ++j) {  // torch's scalar tail uses libm expf
     const float x = prescaled ? s[j] : s[j] * scale;
@@ -133,7 +138,7 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
   }
   const float sum = _mm512_reduce_add_ps(vsum) + sum_tail;
   // exp(-inf) = 0 on the first block; exp(0) == 1 exactly, so skip the libm call then.
-  const float alpha = mx == *m ? 1.f : std::exp(*m - mx);
+  const float alpha = mx == *m ? 1.f : *m == ninf ? 0.f : std::exp(*m - mx);
   *l = *l * alpha + sum;
   *m = mx;
   return alpha;
