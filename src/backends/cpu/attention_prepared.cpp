@@ -131,6 +131,7 @@ class PreparedSdpa final : public PreparedKernel {
     a.out = static_cast<char*>(out[0].raw_data());
     const int threads = std::max(1, num_threads());
     while (int64_t(ws_.size()) < threads) ws_.push_back(std::make_unique<Workspace>(*this));
+    for (auto& w : ws_) w->kt_src = nullptr;  // new inputs may sit at the same addresses
     const int64_t rep = a.H / a.Hkv, es = int64_t(a.es());
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     parallel_for(a.B * a.H * nqb_, 1, [&](int64_t begin, int64_t end) {
@@ -154,9 +155,16 @@ class PreparedSdpa final : public PreparedKernel {
         for (int64_t k0 = 0; k0 < kend; k0 += KB_) {
           const int64_t kn = std::min(KB_, a.Lk - k0);
           const int mi = qn == QB_ ? 0 : 1, ni = kn == KB_ ? 0 : 1;
-          if (small_)
-            qk_small(*w, a, a.qrow(b, h, q0), a.krow(b, hk, k0), qn, kn);
-          else
+          if (small_) {
+            // Tasks of one head come in q-block order: their key tiles are transposed once.
+            const char* kp = a.krow(b, hk, k0);
+            if (w->kt_src != kp || w->kt_rows != kn) {
+              transpose_keys(*w, a, kp, kn);
+              w->kt_src = kp;
+              w->kt_rows = kn;
+            }
+            qk_small(*w, a, a.qrow(b, h, q0), qn, kn);
+          } else
             w->run(mi, ni, 0, a.qrow(b, h, q0), a.krow(b, hk, k0), w->S.p);
           for (int64_t r = 0; r < qn; ++r) {
             const int64_t i = q0 + r;
@@ -214,8 +222,8 @@ class PreparedSdpa final : public PreparedKernel {
                                {DNNL_ARG_SCRATCHPAD, msp}});
     w.stream.wait();
     if (qk) {
-      qk_small(w, a, reinterpret_cast<const char*>(A.data()),
-               reinterpret_cast<const char*>(B.data()), qn, kn);
+      transpose_keys(w, a, reinterpret_cast<const char*>(B.data()), kn);
+      qk_small(w, a, reinterpret_cast<const char*>(A.data()), qn, kn);
       for (int64_t r = 0; r < qn; ++r)
         if (std::memcmp(C.data() + r * KB_, w.S.as<float>() + r * KB_, size_t(kn) * 4))
           return false;
@@ -227,17 +235,17 @@ class PreparedSdpa final : public PreparedKernel {
     return std::memcmp(C.data(), w.acc.p, C.size() * 4) == 0;
   }
   // f32 on AVX-512: the tile products on gemm_small.h's kernel (oneDNN's order, so its bits).
-  // S[qn, kn] = Q rows x K rows^T, through K's tile transposed into rows of keys.
-  void qk_small(Workspace& w, const SdpaArgs& a, const char* q, const char* k, int64_t qn,
-                int64_t kn) const {
-    const float* kp = reinterpret_cast<const float*>(k);
-    float* kt = w.KT.as<float>();
-    for (int64_t j = 0; j < kn; ++j)
-      for (int64_t d = 0; d < a.D; ++d) kt[d * KB_ + j] = kp[j * a.ks[2] + d];
+  // K's tile transposed into rows of keys (KT).
+  void transpose_keys(Workspace& w, const SdpaArgs& a, const char* k, int64_t kn) const {
+    cpu::transpose_f32_avx512(reinterpret_cast<const float*>(k), a.ks[2], kn, a.D, w.KT.as<float>(),
+                              KB_);
+  }
+  // S[qn, kn] = Q rows x KT.
+  void qk_small(Workspace& w, const SdpaArgs& a, const char* q, int64_t qn, int64_t kn) const {
     cpu::SmallGemm g;
     g.a = reinterpret_cast<const float*>(q);
     g.lda = a.qs[2];
-    g.b = kt;
+    g.b = w.KT.as<float>();
     g.ldb = KB_;
     g.c = w.S.as<float>();
     g.ldc = KB_;
@@ -301,6 +309,8 @@ class PreparedSdpa final : public PreparedKernel {
       std::unordered_map<int, dnnl::memory> args;
     };
     Buffer S, P, acc, ml, scratch, KT;
+    const char* kt_src = nullptr;  // the key tile KT holds (reset at every run)
+    int64_t kt_rows = 0;
     dnnl::stream stream;
     Bound bound[2][2][2];
   };

@@ -23,4 +23,9 @@ struct SmallGemm {
 // Rows [m0, m1) of the product, on the calling thread.
 void small_gemm_f32_avx512(const SmallGemm& g, int64_t m0, int64_t m1);
 
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a B operand made from rows (the
+// keys of an attention tile), 16 x 16 blocks in registers.
+void transpose_f32_avx512(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                          int64_t ldd);
+
 }  // namespace tessera::cpu

@@ -1,6 +1,9 @@
 // Small f32 GEMM on AVX-512 (gemm_small.h): 4 rows x up to 4 vectors (8 rows x up to 2 where N <=
 // 32) of 16 columns per block, each accumulator one k-ordered FMA chain starting from zero (no k
 // splitting, no reassociation).
+// GCC 12 warns about its own _mm512_undefined_* inside the intrinsic headers; harmless.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -105,6 +108,56 @@ void small_gemm_f32_avx512(const SmallGemm& g, int64_t m0, int64_t m1) {
     for (; m + 8 <= m1; m += 8) rows<8, 2>(g, m);
   for (; m + 4 <= m1; m += 4) rows<4, 4>(g, m);
   for (; m < m1; ++m) rows<1, 4>(g, m);
+}
+
+namespace {
+
+// One 16 x 16 block: pairs of rows interleaved at 32, 64 and then 128 bits, then 256-bit halves.
+void transpose_block16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]),
+                  c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // r[4i + j] now holds, in 128-bit lane L, column 4L + j of rows 4i .. 4i + 3.
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);           // lanes 0, 2 of rows 0-7
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);       // lanes 1, 3
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);  // rows 8-15
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    _mm512_storeu_ps(dst + (j)*ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88));
+    _mm512_storeu_ps(dst + (8 + j) * ldd, _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd));
+    _mm512_storeu_ps(dst + (4 + j) * ldd, _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88));
+    _mm512_storeu_ps(dst + (12 + j) * ldd, _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd));
+  }
+}
+
+}  // namespace
+
+void transpose_f32_avx512(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                          int64_t ldd) {
+  const int64_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+  for (int64_t r = 0; r < r16; r += 16)
+    for (int64_t c = 0; c < c16; c += 16)
+      transpose_block16(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+  for (int64_t r = 0; r < rows; ++r)  // the edges
+    for (int64_t c = r < r16 ? c16 : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 }  // namespace tessera::cpu
