@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "ops/attention.h"
 #include "ops/copy.h"
@@ -165,6 +166,25 @@ TEST(PreparedKernel, RopeMatchesEvalBitForBit) {
                  {{rnd({1, 2, 24, 8}, DType::f32, 1), rnd({24, 8}, DType::f32, 2),
                    rnd({24, 8}, DType::f32, 3)}},
                  {{{1, 2, 24, 8}, DType::f32}}, "rope sequence_dim 2");
+}
+
+TEST(PreparedKernel, RopeFrequenciesRemembersTheLastIdsOnly) {
+  // FLUX's (S, 3) ids: the same ids again (the tables handed out again), other ids, then the
+  // first ids once more, and ids that differ in one position only.
+  RopeFrequencies op({4, 6, 6}, 10000.0);
+  auto ids = [](int64_t rows, float shift) {
+    std::vector<float> v;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t a = 0; a < 3; ++a) v.push_back(a == 0 ? shift : float((r * (a + 1)) % 17));
+    return Tensor::from_floats(v, {rows, 3});
+  };
+  Tensor a = ids(40, 0.f), b = ids(40, 1.f);
+  std::vector<float> one(120);
+  std::memcpy(one.data(), a.raw_data(), one.size() * 4);
+  one[100] += 1.f;
+  Tensor c = Tensor::from_floats(one, {40, 3});
+  check_prepared(op, {{a}, {a}, {b}, {a}, {c}, {c}},
+                 {{{40, 16}, DType::f32}, {{40, 16}, DType::f32}}, "rope_frequencies");
 }
 
 TEST(PreparedKernel, PrimitivesWithoutAHookRunEval) {

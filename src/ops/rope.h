@@ -25,6 +25,9 @@ class RopeFrequencies final : public Primitive {
       : axes_dim_(std::move(axes_dim)), theta_(theta) {}
   const char* name() const override { return "rope_frequencies"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  // Remembers the last ids and tables: a denoising loop asks for the same positions every step.
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& other) const override;
 

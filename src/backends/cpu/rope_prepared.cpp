@@ -7,9 +7,14 @@
 #include <emmintrin.h>
 #endif
 
+#include <cstring>
+#include <utility>
+#include <vector>
+
 #include "backends/cpu/rope_kernels.h"
 #include "ops/rope.h"
 #include "runtime/cpu_features.h"
+#include "runtime/dtype.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -90,7 +95,44 @@ class PreparedRope final : public PreparedKernel {
   int64_t rows_per_batch_;
 };
 
+// The tables of the last ids seen, handed out again while the ids' bytes stay the same (the
+// positions of a fixed size and prompt length); otherwise eval_cpu runs and they are kept.
+class PreparedRopeFrequencies final : public PreparedKernel {
+ public:
+  PreparedRopeFrequencies(std::vector<int64_t> axes_dim, double theta)
+      : axes_dim_(std::move(axes_dim)), theta_(theta) {}
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const size_t id_bytes = size_t(in[0].numel()) * dtype_size(in[0].dtype());
+    const size_t tab_bytes = size_t(out[0].numel()) * 4;
+    const char* ids = static_cast<const char*>(in[0].raw_data());
+    if (!ids_.empty() && std::memcmp(ids_.data(), ids, id_bytes) == 0) {
+      std::memcpy(out[0].raw_data(), cos_.data(), tab_bytes);
+      std::memcpy(out[1].raw_data(), sin_.data(), tab_bytes);
+      return;
+    }
+    RopeFrequencies(axes_dim_, theta_).eval_cpu(in, out);
+    ids_.assign(ids, ids + id_bytes);
+    const char* c = static_cast<const char*>(out[0].raw_data());
+    const char* s = static_cast<const char*>(out[1].raw_data());
+    cos_.assign(c, c + tab_bytes);
+    sin_.assign(s, s + tab_bytes);
+  }
+
+ private:
+  std::vector<int64_t> axes_dim_;
+  double theta_;
+  std::vector<char> ids_, cos_, sin_;
+};
+
 }  // namespace
+
+std::unique_ptr<PreparedKernel> RopeFrequencies::prepare_cpu(const std::vector<Tensor>& in,
+                                                             const std::vector<Tensor>& out) {
+  if (!in[0].is_contiguous() || in[0].numel() == 0 || out.size() != 2) return nullptr;
+  for (const Tensor& o : out)
+    if (o.dtype() != DType::f32 || !o.is_contiguous()) return nullptr;
+  return std::make_unique<PreparedRopeFrequencies>(axes_dim_, theta_);
+}
 
 std::unique_ptr<PreparedKernel> ApplyRope::prepare_cpu(const std::vector<Tensor>& in,
                                                        const std::vector<Tensor>& out) {
