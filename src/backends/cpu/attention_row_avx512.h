@@ -137,7 +137,7 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
       static_cast<float*>(p)[j] = e;
   }
   const float sum = _mm512_reduce_add_ps(vsum) + sum_tail;
-  // exp(-inf) = 0 on the first block; exp(0) == 1 exactly, so skip the libm call then.
+  // exp(-inf) = 0 on the first block and exp(0) == 1: both known without a libm call.
   const float alpha = mx == *m ? 1.f : *m == ninf ? 0.f : std::exp(*m - mx);
   *l = *l * alpha + sum;
   *m = mx;
