@@ -62,8 +62,8 @@ inline void block(const SmallGemm& g, int64_t m, int64_t n, __mmask16 tail) {
   }
 }
 
-// Rows [m, m + R) over every 64-column chunk; VMax caps the vectors per block (R x V accumulators
-// must fit the 32 registers with the B vectors).
+// Rows [m, m + R) over chunks of 16 * VMax columns; VMax (2 or 4) caps the vectors per block
+// (R x V accumulators must fit the 32 registers with the B vectors).
 template <int R, int VMax>
 void rows(const SmallGemm& g, int64_t m) {
   for (int64_t n = 0; n < g.N; n += 16 * VMax) {
@@ -71,9 +71,7 @@ void rows(const SmallGemm& g, int64_t m) {
     const int vecs = int((cols + 15) / 16);
     const int rem = int(cols - 16 * (vecs - 1));
     const __mmask16 tail = __mmask16((1u << rem) - 1u);
-    if constexpr (VMax == 1) {
-      block<R, 1>(g, m, n, tail);
-    } else if constexpr (VMax == 2) {
+    if constexpr (VMax == 2) {
       if (vecs == 1)
         block<R, 1>(g, m, n, tail);
       else
