@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/onednn_util.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"
 #include "runtime/error.h"
@@ -172,6 +173,7 @@ struct GemmKey {
 };
 
 struct Gemm {
+  bool supported = false;  // oneDNN has a kernel for these operands (bf16 needs AVX-512)
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c, scratch;
 };
@@ -203,9 +205,15 @@ const Gemm& get_gemm(const GemmKey& key) {
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
-    g->scratch = pd.scratchpad_desc();
-    g->prim = dnnl::matmul(pd);
+    try {
+      auto pd =
+          dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
+      g->scratch = pd.scratchpad_desc();
+      g->prim = dnnl::matmul(pd);
+      g->supported = true;
+    } catch (const dnnl::error&) {
+      g->supported = false;
+    }
     slot = std::move(g);
   }
   return *slot;
@@ -260,6 +268,8 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
     float* m = ml.as<float>();
     float* l = m + QB;
     auto run = [&](const Gemm& g, const void* A, const void* Bm, void* C) {
+      TESSERA_CHECK(g.supported, "[scaled_dot_product_attention] the kernel library has no ",
+                    a.bf16 ? "bf16" : "f32", " tile GEMM on this CPU");
       dnnl::memory ma(g.a, engine(), const_cast<void*>(A)),
           mb(g.b, engine(), const_cast<void*>(Bm)), mc(g.c, engine(), C),
           msp(g.scratch, engine(), scratch.p);
@@ -288,6 +298,7 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
           }
           const float alpha = row_fn(S.as<float>() + r * KB, kn, nvalid, a.scale, addp, m + r,
                                      l + r, P.as<char>() + size_t(r * KB) * es, a.bf16);
+          if (a.round_p_bf16) cpu::round_row_bf16(P.as<float>() + r * KB, kn);
           if (alpha != 1.f) cpu::scale_row(acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512);
         }
         run(pv_gemm(qn, kn), P.p, a.vrow(b, hk, k0), acc.p);
@@ -309,6 +320,34 @@ Tensor unit_last_stride(const Tensor& t) {
   std::vector<Tensor> outs = {c};
   Copy().eval_cpu({t}, outs);
   return c;
+}
+
+// A bf16 call where oneDNN has no bf16 tile GEMM: the same arithmetic on f32 tiles. bf16 x bf16
+// products are exact in f32 and both GEMMs accumulate in f32, so only the summation order can
+// differ; P and the output are rounded to bf16 where the bf16 kernel rounds them.
+void sdpa_tiled_bf16_on_f32(const SdpaArgs& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                            Tensor& out, bool avx512) {
+  auto to_f32 = [](const Tensor& t) {
+    std::vector<Tensor> o{Tensor::empty(t.shape(), DType::f32)};
+    Copy().eval_cpu({t}, o);
+    return o[0];
+  };
+  const Tensor q32 = to_f32(q), k32 = to_f32(k), v32 = to_f32(v);
+  Tensor out32 = Tensor::empty(out.shape(), DType::f32);
+  SdpaArgs f = a;
+  f.bf16 = false;
+  f.round_p_bf16 = true;
+  f.q = static_cast<const char*>(q32.raw_data());
+  f.k = static_cast<const char*>(k32.raw_data());
+  f.v = static_cast<const char*>(v32.raw_data());
+  for (int i = 0; i < 3; ++i)
+    f.qs[i] = q32.strides()[i], f.ks[i] = k32.strides()[i], f.vs[i] = v32.strides()[i];
+  if (f.Lq == 1) f.qs[2] = f.D;
+  if (f.Lk == 1) f.ks[2] = f.D, f.vs[2] = f.Dv;
+  f.out = static_cast<char*>(out32.raw_data());
+  sdpa_tiled(f, avx512);
+  convert_elements(out32.raw_data(), DType::f32, out.raw_data(), DType::bf16,
+                   size_t(out.numel()));
 }
 
 }  // namespace
@@ -347,8 +386,13 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
     path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::amx;
   if (path == AttentionPath::reference)
     sdpa_reference(a);
-  else if (path == AttentionPath::tiled || !(a.bf16 ? cpu::sdpa_amx(a) : cpu::sdpa_amx_f32(a)))
-    sdpa_tiled(a, cpu_isa() >= CpuIsa::avx512);
+  else if (path == AttentionPath::tiled || !(a.bf16 ? cpu::sdpa_amx(a) : cpu::sdpa_amx_f32(a))) {
+    const bool avx512 = cpu_isa() >= CpuIsa::avx512;
+    if (a.bf16 && !onednn::has_bf16_matmul())
+      sdpa_tiled_bf16_on_f32(a, q, k, v, out[0], avx512);
+    else
+      sdpa_tiled(a, avx512);
+  }
 }
 
 }  // namespace tessera

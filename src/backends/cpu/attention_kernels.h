@@ -18,6 +18,7 @@ struct SdpaArgs {
   int64_t ms[4] = {0, 0, 0, 0};
   bool causal;
   float scale;
+  bool round_p_bf16 = false;  // f32 operands standing in for bf16 ones: round P to bf16 values
   size_t es() const { return bf16 ? 2 : 4; }
   const char* qrow(int64_t b, int64_t h, int64_t i) const {
     return q + (b * qs[0] + h * qs[1] + i * qs[2]) * int64_t(es());
@@ -91,6 +92,12 @@ inline void finish_row(const float* acc, int64_t n, float l, void* out, bool out
     else
       static_cast<float*>(out)[d] = x;
   }
+}
+
+// A bf16 call run on f32 tiles (SdpaArgs::round_p_bf16): P rounded to the values the bf16 kernel
+// feeds to P V.
+inline void round_row_bf16(float* p, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) p[j] = round_bf16(p[j]);
 }
 
 // Which implementation the CPU backend uses; tests force one to check it against another.

@@ -19,6 +19,8 @@
 
 #include "backends/cpu/attention_kernels.h"
 #include "backends/cpu/gemm_small.h"
+#include "backends/cpu/onednn_util.h"
+#include "ops/copy.h"
 #include "ops/attention.h"
 #include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
@@ -171,6 +173,7 @@ class PreparedSdpa final : public PreparedKernel {
             const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
             const float alpha = row_fn_(w->S.as<float>() + r * KB_, kn, nvalid, a.scale, nullptr,
                                         m + r, l + r, w->P.as<char>() + r * KB_ * es, a.bf16);
+            if (a.round_p_bf16) cpu::round_row_bf16(w->P.as<float>() + r * KB_, kn);
             // The first key tile's accumulators are still zero: scaling them changes nothing.
             if (alpha != 1.f && k0 > 0)
               cpu::scale_row(w->acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512_);
@@ -325,6 +328,47 @@ class PreparedSdpa final : public PreparedKernel {
   std::vector<std::unique_ptr<Workspace>> ws_;
 };
 
+// bf16 where oneDNN has no bf16 tile GEMM: attention.cpp's sdpa_tiled_bf16_on_f32 (f32 copies of
+// Q, K, V, P rounded to bf16, the output rounded once) with the f32 buffers kept.
+class PreparedSdpaBf16OnF32 final : public PreparedKernel {
+ public:
+  static std::unique_ptr<PreparedKernel> make(const SdpaArgs& bf16_args, const Tensor& q,
+                                              const Tensor& k, const Tensor& v, const Tensor& out,
+                                              bool avx512) {
+    auto p = std::make_unique<PreparedSdpaBf16OnF32>();
+    p->q32_ = Tensor::empty(q.shape(), DType::f32);
+    p->k32_ = Tensor::empty(k.shape(), DType::f32);
+    p->v32_ = Tensor::empty(v.shape(), DType::f32);
+    p->out32_ = Tensor::empty(out.shape(), DType::f32);
+    SdpaArgs a = bf16_args;
+    a.bf16 = false;
+    a.round_p_bf16 = true;
+    for (int i = 0; i < 3; ++i)
+      a.qs[i] = p->q32_.strides()[i], a.ks[i] = p->k32_.strides()[i],
+      a.vs[i] = p->v32_.strides()[i];
+    if (a.Lq == 1) a.qs[2] = a.D;
+    if (a.Lk == 1) a.ks[2] = a.D, a.vs[2] = a.Dv;
+    p->f32_ = std::make_unique<PreparedSdpa>(a, avx512);
+    return p;
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const Tensor* bufs[3] = {&q32_, &k32_, &v32_};
+    for (int i = 0; i < 3; ++i) {
+      std::vector<Tensor> o{*bufs[i]};
+      Copy().eval_cpu({in[size_t(i)]}, o);
+    }
+    std::vector<Tensor> o{out32_};
+    f32_->run({q32_, k32_, v32_}, o);
+    convert_elements(out32_.raw_data(), DType::f32, out[0].raw_data(), DType::bf16,
+                     size_t(out[0].numel()));
+  }
+
+ private:
+  Tensor q32_, k32_, v32_, out32_;
+  std::unique_ptr<PreparedSdpa> f32_;
+};
+
 bool rows_ok(const Tensor& t) {
   return (t.dim(3) == 1 || t.strides()[3] == 1) && (t.dim(2) == 1 || t.strides()[2] >= t.dim(3));
 }
@@ -358,6 +402,8 @@ std::unique_ptr<PreparedKernel> ScaledDotProductAttention::prepare_cpu(
   a.scale = float(scale_);
   if (a.B * a.H * a.Lq == 0 || a.Dv == 0 || a.Lk == 0 || out[0].numel() == 0) return nullptr;
   try {
+    if (bf16 && !onednn::has_bf16_matmul())
+      return PreparedSdpaBf16OnF32::make(a, q, k, v, out[0], cpu_isa() >= CpuIsa::avx512);
     return std::make_unique<PreparedSdpa>(a, cpu_isa() >= CpuIsa::avx512);
   } catch (const dnnl::error&) {
     return nullptr;

@@ -223,6 +223,20 @@ dnnl::memory::data_type data_type(DType t, const char* op) {
   }
 }
 
+bool has_bf16_matmul() {
+  static const bool ok = [] {
+    try {
+      const dnnl::memory::desc md({16, 16}, dnnl::memory::data_type::bf16,
+                                  dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 dnnl::memory::desc view_desc(const Shape& dims, const Strides& strides, DType t, const char* op) {
   int64_t extent = 1;
   for (size_t i = 0; i < dims.size(); ++i)

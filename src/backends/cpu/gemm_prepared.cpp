@@ -13,6 +13,7 @@
 #include "backends/cpu/gemm_amx.h"
 #include "backends/cpu/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
+#include "ops/copy.h"
 #include "ops/linalg.h"
 #include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
@@ -51,17 +52,22 @@ class WeightMemo {
 // oneDNN path (f32; bf16 where AMX is off). Mirrors gemm.cpp's run_gemm for linear.
 class PreparedLinearOneDnn final : public PreparedKernel {
  public:
-  static std::unique_ptr<PreparedKernel> make(const Tensor& x, const Tensor& w, const Tensor& bias,
-                                              const Tensor& out) {
+  // pack: let oneDNN choose the weights' layout (false: the weight as given, as eager's bf16
+  // fallback runs it).
+  static std::unique_ptr<PreparedLinearOneDnn> make(const Tensor& x, const Tensor& w,
+                                                    const Tensor& bias, const Tensor& out,
+                                                    bool pack = true) {
     auto k = std::make_unique<PreparedLinearOneDnn>();
     const Tensor b = w.transpose(0, 1);
     try {
       k->a_md_ = onednn::view_desc(x, "linear");
       k->b_md_ = onednn::view_desc(b, "linear");
       k->d_md_ = onednn::view_desc(out, "linear");
-      const dnnl::memory::desc w_md(dnnl::memory::dims(b.shape().begin(), b.shape().end()),
+      const dnnl::memory::desc w_md =
+          pack ? dnnl::memory::desc(dnnl::memory::dims(b.shape().begin(), b.shape().end()),
                                     onednn::data_type(b.dtype(), "linear"),
-                                    dnnl::memory::format_tag::any);
+                                    dnnl::memory::format_tag::any)
+               : k->b_md_;
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       dnnl::matmul::primitive_desc pd;
@@ -121,6 +127,53 @@ class PreparedLinearOneDnn final : public PreparedKernel {
   dnnl::memory src_, dst_, wmem_, bias_, scratch_;
   std::unordered_map<int, dnnl::memory> args_;
   WeightMemo<dnnl::memory> memo_;
+};
+
+// bf16 where oneDNN has no bf16 kernel (no AVX-512): gemm.cpp's fallback, an f32 product on
+// converted operands rounded once, with the f32 buffers kept and the weight converted once per
+// bound weight.
+class PreparedLinearBf16OnF32 final : public PreparedKernel {
+ public:
+  static std::unique_ptr<PreparedKernel> make(const Tensor& x, const Tensor& w, bool has_bias,
+                                              const Tensor& out) {
+    if (!out.is_contiguous()) return nullptr;
+    auto k = std::make_unique<PreparedLinearBf16OnF32>();
+    const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
+    k->x32_ = Tensor::empty({M, K}, DType::f32);
+    k->out32_ = Tensor::empty({M, N}, DType::f32);
+    if (has_bias) k->bias32_ = Tensor::empty({N}, DType::f32);
+    // Eager converts weight.T into a contiguous [K, N]; seen as [N, K] it is that transposed.
+    const Tensor w_proto = Tensor::empty({K, N}, DType::f32).transpose(0, 1);
+    k->f32_ = PreparedLinearOneDnn::make(k->x32_, w_proto, k->bias32_, k->out32_, false);
+    if (!k->f32_) return nullptr;
+    return k;
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const Tensor& w = in[1];
+    const Tensor& w32 = memo_.get(w, [&] {
+      std::vector<Tensor> t{Tensor::empty({w.dim(1), w.dim(0)}, DType::f32)};
+      Copy().eval_cpu({w.transpose(0, 1)}, t);
+      return t[0];
+    });
+    std::vector<Tensor> x_out{x32_};
+    Copy().eval_cpu({in[0]}, x_out);
+    std::vector<Tensor> args{x32_, w32.transpose(0, 1)};
+    if (bias32_.defined()) {
+      std::vector<Tensor> b_out{bias32_};
+      Copy().eval_cpu({in[2]}, b_out);
+      args.push_back(bias32_);
+    }
+    std::vector<Tensor> o{out32_};
+    f32_->run(args, o);
+    convert_elements(out32_.raw_data(), DType::f32, out[0].raw_data(), DType::bf16,
+                     size_t(out[0].numel()));
+  }
+
+ private:
+  Tensor x32_, bias32_, out32_;
+  std::unique_ptr<PreparedLinearOneDnn> f32_;
+  WeightMemo<Tensor> memo_;
 };
 
 // bf16 on AMX: gemm.cpp's linear_amx with the packed weight and the f32 bias buffer kept.
@@ -209,6 +262,8 @@ std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& i
     return std::make_unique<PreparedLinearAmx>();
   const int64_t M = x.dim(0), K = x.dim(1), N = in[1].dim(0);
   static const bool avx512 = cpu_isa() >= CpuIsa::avx512;
+  if (out[0].dtype() == DType::bf16 && !onednn::has_bf16_matmul())
+    return PreparedLinearBf16OnF32::make(x, in[1], has_bias_, out[0]);
   if (!avx512 || out[0].dtype() != DType::f32 || x.dtype() != DType::f32 || !x.is_contiguous() ||
       !out[0].is_contiguous() || M * N * K > PreparedLinearSmall::kMaxMacs ||
       N * K > PreparedLinearSmall::kMaxWeight)

@@ -19,6 +19,9 @@ dnnl::stream& stream();
 void sync_threads();
 
 dnnl::memory::data_type data_type(DType t, const char* op);
+// Whether oneDNN has bf16 matmul kernels on this CPU (2.6: from AVX-512 on). Without them bf16
+// products run as f32 products on converted operands, rounded where the bf16 kernel rounds.
+bool has_bf16_matmul();
 // Memory descriptor for a materialised view (its shape and element strides). Size-1 dims get a
 // harmless stride, since oneDNN rejects some of the strides views may carry there.
 dnnl::memory::desc view_desc(const Tensor& t, const char* op);
