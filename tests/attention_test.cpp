@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #include "backends/cpu/attention_kernels.h"
@@ -380,6 +382,66 @@ TEST(Sdpa, FullyMaskedRowsGiveZero) {
     for (int d = 0; d < 16; ++d) EXPECT_EQ(out[16 + d], 0.f);
     EXPECT_NE(out[0], 0.f);
   }
+}
+
+// The vector row kernels against the scalar row on two key blocks of one row (the second
+// rescales): the same exp_u20 and libm tail, so the AVX2 row's P and every row's m are the scalar
+// row's bits; the sum is reduced in another order (16 lanes), so l only to float rounding.
+TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
+  struct Kernel {
+    const char* name;
+    cpu::SoftmaxRowFn fn;
+    CpuIsa needs;
+    bool exact_p;  // the AVX-512 rows may fuse scale and max subtraction into one FMA
+  };
+  const Kernel kernels[] = {{"avx2", cpu::softmax_row_avx2, CpuIsa::avx2, true},
+                            {"avx512", cpu::softmax_row_avx512, CpuIsa::avx512, false},
+                            {"avx512bf16", cpu::softmax_row_avx512bf16, CpuIsa::avx512_bf16, false}};
+  int checked = 0;
+  for (const Kernel& k : kernels) {
+    if (cpu_isa() < k.needs) continue;
+    for (int64_t n : {5, 16, 33, 320, 512})
+      for (int64_t cut : {0, 3, 17})
+        for (bool masked : {false, true})
+          for (bool p_bf16 : {false, true}) {
+            const int64_t nvalid = std::max<int64_t>(0, n - cut);
+            const std::string what = std::string(k.name) + " n " + std::to_string(n) +
+                                     " nvalid " + std::to_string(nvalid) +
+                                     (masked ? " masked" : "") + (p_bf16 ? " bf16 P" : "");
+            float ms = -std::numeric_limits<float>::infinity(), ls = 0, mv = ms, lv = 0;
+            for (int block = 0; block < 2; ++block) {
+              const auto raw = random_tensor({n}, DType::f32, uint64_t(7 * n + block)).to_floats();
+              std::vector<float> add(static_cast<size_t>(n));
+              for (int64_t j = 0; j < n; ++j) add[size_t(j)] = j % 5 == 0 ? -3.f : 0.25f;
+              std::vector<float> s1 = raw, s2 = raw;
+              for (float& x : s1) x *= 4.f;  // scores up to ~16 before scaling
+              s2 = s1;
+              std::vector<float> p1(static_cast<size_t>(n)), p2(static_cast<size_t>(n));
+              const float a1 = cpu::softmax_row_scalar(s1.data(), n, nvalid, 0.35f,
+                                                       masked ? add.data() : nullptr, &ms, &ls,
+                                                       p1.data(), p_bf16);
+              const float a2 = k.fn(s2.data(), n, nvalid, 0.35f, masked ? add.data() : nullptr,
+                                    &mv, &lv, p2.data(), p_bf16);
+              ASSERT_EQ(ms, mv) << what;
+              ASSERT_EQ(a1, a2) << what;
+              ASSERT_NEAR(lv, ls, 2e-6 * std::max(1.f, ls)) << what;
+              if (k.exact_p) {
+                ASSERT_EQ(std::memcmp(p1.data(), p2.data(), size_t(n) * (p_bf16 ? 2 : 4)), 0)
+                    << what << " block " << block;
+                continue;
+              }
+              for (int64_t j = 0; j < n; ++j) {  // bf16 P: one ulp; f32 P: a few float ulps
+                const float x1 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j])
+                                        : p1[size_t(j)];
+                const float x2 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j])
+                                        : p2[size_t(j)];
+                ASSERT_NEAR(x2, x1, (p_bf16 ? 8e-3 : 1e-6) * x1) << what << " column " << j;
+              }
+            }
+            ++checked;
+          }
+  }
+  if (checked == 0) GTEST_SKIP() << "no vector row kernel on this CPU";
 }
 
 TEST(Sdpa, RejectsBadShapes) {

@@ -91,6 +91,15 @@ float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const
   return alpha;
 }
 
+SoftmaxRowFn softmax_row_for_cpu() {
+  switch (cpu_isa()) {
+    case CpuIsa::scalar: return softmax_row_scalar;
+    case CpuIsa::avx2: return softmax_row_avx2;
+    case CpuIsa::avx512: return softmax_row_avx512;
+    default: return softmax_row_avx512bf16;
+  }
+}
+
 void sdpa_mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
                    float* add) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
@@ -257,9 +266,7 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
       scratch_bytes = std::max(
           {scratch_bytes, qk_gemm(m, n).scratch.get_size(), pv_gemm(m, n).scratch.get_size()});
     }
-  const cpu::SoftmaxRowFn row_fn = cpu_isa() >= CpuIsa::avx512_bf16 ? cpu::softmax_row_avx512bf16
-                                   : avx512                         ? cpu::softmax_row_avx512
-                                                                    : cpu::softmax_row_scalar;
+  const cpu::SoftmaxRowFn row_fn = cpu::softmax_row_for_cpu();
 
   parallel_for(a.B * a.H * nqb, 1, [&](int64_t begin, int64_t end) {
     dnnl::stream stream(engine());

@@ -65,10 +65,14 @@ using SoftmaxRowFn = float (*)(float* s, int64_t n, int64_t nvalid, float scale,
 
 float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                          float* m, float* l, void* p, bool p_bf16);
+float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
+                       float* m, float* l, void* p, bool p_bf16);
 float softmax_row_avx512(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                          float* m, float* l, void* p, bool p_bf16);
 float softmax_row_avx512bf16(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                              float* m, float* l, void* p, bool p_bf16);
+// The row kernel for this CPU (cpu_isa()): AVX-512-BF16, AVX-512, AVX2 or scalar.
+SoftmaxRowFn softmax_row_for_cpu();
 // acc[0, n) *= a
 void scale_row_avx512(float* acc, int64_t n, float a);
 // out[0, n) = acc * inv, stored as f32 or rounded to bf16

@@ -120,9 +120,7 @@ class PreparedSdpa final : public PreparedKernel {
         verdicts[key] = small_;
       }
     }
-    row_fn_ = cpu_isa() >= CpuIsa::avx512_bf16 ? cpu::softmax_row_avx512bf16
-              : avx512                         ? cpu::softmax_row_avx512
-                                               : cpu::softmax_row_scalar;
+    row_fn_ = cpu::softmax_row_for_cpu();
   }
 
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
