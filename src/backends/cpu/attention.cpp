@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"
@@ -89,6 +90,42 @@ float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const
   *l = *l * alpha + sum;
   *m = mx;
   return alpha;
+}
+
+bool sdpa_tiles_on_small_gemm(int64_t D, int64_t KB) {
+  static const bool avx2 = cpu_isa() == CpuIsa::avx2;
+  return avx2 && D * KB <= (int64_t(1) << 16);
+}
+
+SmallGemm sdpa_qk_tile(const SdpaArgs& a, const char* q, int64_t qn, int64_t kn, const float* kt,
+                       int64_t ld, float* s) {
+  SmallGemm g;
+  g.a = reinterpret_cast<const float*>(q);
+  g.lda = a.qs[2];
+  g.b = kt;
+  g.ldb = ld;
+  g.c = s;
+  g.ldc = ld;
+  g.M = qn;
+  g.N = kn;
+  g.K = a.D;
+  return g;
+}
+
+SmallGemm sdpa_pv_tile(const SdpaArgs& a, const float* p, int64_t ld, const char* v, int64_t qn,
+                       int64_t kn, float* acc) {
+  SmallGemm g;
+  g.a = p;
+  g.lda = ld;
+  g.b = reinterpret_cast<const float*>(v);
+  g.ldb = a.vs[2];
+  g.accumulate = true;
+  g.c = acc;
+  g.ldc = a.Dv;
+  g.M = qn;
+  g.N = a.Dv;
+  g.K = kn;
+  return g;
 }
 
 SoftmaxRowFn softmax_row_for_cpu() {
@@ -258,11 +295,13 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
   auto pv_gemm = [&](int64_t m, int64_t n) -> const Gemm& {
     return get_gemm({a.bf16, m, a.Dv, n, KB, a.vs[2], a.Dv, false, true});
   };
-  // Every tile shape: full blocks and the tails.
+  // f32 tiles on AVX2 run on our small GEMM (gemm_small.h), in eager and prepared SDPA alike;
+  // elsewhere on oneDNN. Every oneDNN tile shape (full blocks and the tails) is made up front.
+  const bool small = !a.bf16 && cpu::sdpa_tiles_on_small_gemm(a.D, KB);
   size_t scratch_bytes = 0;
   for (int64_t m : {QB, a.Lq % QB})
     for (int64_t n : {KB, a.Lk % KB}) {
-      if (m == 0 || n == 0) continue;
+      if (m == 0 || n == 0 || small) continue;
       scratch_bytes = std::max(
           {scratch_bytes, qk_gemm(m, n).scratch.get_size(), pv_gemm(m, n).scratch.get_size()});
     }
@@ -271,7 +310,8 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
   parallel_for(a.B * a.H * nqb, 1, [&](int64_t begin, int64_t end) {
     dnnl::stream stream(engine());
     AlignedBuf S(size_t(QB * KB) * 4), P(size_t(QB * KB) * es), acc(size_t(QB * a.Dv) * 4),
-        ml(size_t(QB) * 8), add(size_t(KB) * 4), scratch(std::max<size_t>(scratch_bytes, 64));
+        ml(size_t(QB) * 8), add(size_t(KB) * 4), scratch(std::max<size_t>(scratch_bytes, 64)),
+        kt(small ? size_t(a.D * KB) * 4 : 64);
     float* m = ml.as<float>();
     float* l = m + QB;
     auto run = [&](const Gemm& g, const void* A, const void* Bm, void* C) {
@@ -294,7 +334,15 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
       const int64_t kend = a.causal ? std::min(a.Lk, q0 + qn) : a.Lk;
       for (int64_t k0 = 0; k0 < kend; k0 += KB) {
         const int64_t kn = std::min(KB, a.Lk - k0);
-        run(qk_gemm(qn, kn), a.qrow(b, h, q0), a.krow(b, hk, k0), S.p);
+        if (small) {  // S = Q x K^T, the key tile transposed into rows of keys first
+          cpu::transpose_f32(reinterpret_cast<const float*>(a.krow(b, hk, k0)), a.ks[2], kn, a.D,
+                             kt.as<float>(), KB);
+          cpu::small_gemm_f32(cpu::sdpa_qk_tile(a, a.qrow(b, h, q0), qn, kn, kt.as<float>(), KB,
+                                                S.as<float>()),
+                              0, qn);
+        } else {
+          run(qk_gemm(qn, kn), a.qrow(b, h, q0), a.krow(b, hk, k0), S.p);
+        }
         for (int64_t r = 0; r < qn; ++r) {
           const int64_t i = q0 + r;
           const int64_t nvalid = a.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
@@ -308,7 +356,12 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
           if (a.round_p_bf16) cpu::round_row_bf16(P.as<float>() + r * KB, kn);
           if (alpha != 1.f) cpu::scale_row(acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512);
         }
-        run(pv_gemm(qn, kn), P.p, a.vrow(b, hk, k0), acc.p);
+        if (small)
+          cpu::small_gemm_f32(cpu::sdpa_pv_tile(a, P.as<float>(), KB, a.vrow(b, hk, k0), qn, kn,
+                                                acc.as<float>()),
+                              0, qn);
+        else
+          run(pv_gemm(qn, kn), P.p, a.vrow(b, hk, k0), acc.p);
       }
       for (int64_t r = 0; r < qn; ++r)
         cpu::finish_row(acc.as<float>() + r * a.Dv, a.Dv, l[r], a.orow(b, h, q0 + r), a.bf16,

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backends/cpu/gemm_small.h"
 #include "runtime/dtype.h"
 
 namespace tessera::cpu {
@@ -71,6 +72,16 @@ float softmax_row_avx512(float* s, int64_t n, int64_t nvalid, float scale, const
                          float* m, float* l, void* p, bool p_bf16);
 float softmax_row_avx512bf16(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                              float* m, float* l, void* p, bool p_bf16);
+// Whether f32 tile products run on gemm_small.h's kernel in eager SDPA (AVX2 CPUs: oneDNN's AVX2
+// tiles sum some rows of a tile in another order, so the prepared SDPA could not match them bit
+// for bit) for head dim D and key blocks of KB. The prepared SDPA then does the same.
+bool sdpa_tiles_on_small_gemm(int64_t D, int64_t KB);
+// The tile products: S (qn x kn, row stride ld) = Q rows x KT (D x kn, row stride ld, the keys
+// transposed); acc (qn x Dv) += P (qn x kn, row stride ld) x V rows.
+SmallGemm sdpa_qk_tile(const SdpaArgs& a, const char* q, int64_t qn, int64_t kn, const float* kt,
+                       int64_t ld, float* s);
+SmallGemm sdpa_pv_tile(const SdpaArgs& a, const float* p, int64_t ld, const char* v, int64_t qn,
+                       int64_t kn, float* acc);
 // The row kernel for this CPU (cpu_isa()): AVX-512-BF16, AVX-512, AVX2 or scalar.
 SoftmaxRowFn softmax_row_for_cpu();
 // acc[0, n) *= a

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/attention_kernels.h"
@@ -99,25 +100,30 @@ class PreparedSdpa final : public PreparedKernel {
             make_gemm(a.bf16, ms[i], a.Dv, ns[j], KB_, a.vs[2], a.Dv, false, true));
         scratch_bytes_ = std::max({scratch_bytes_, qk->scratch.get_size(), pv->scratch.get_size()});
       }
-    small_ = !a.bf16 && avx512 && a.D * KB_ <= (int64_t(1) << 16);
+    const bool small = !a.bf16 && cpu::small_gemm_available() && a.D * KB_ <= (int64_t(1) << 16);
     // oneDNN picks its kernel by shape and strides (a permuted K with another row stride can
-    // sum in another order): keep the small kernel only if every tile shape gives its bits.
-    // Each distinct tile geometry is probed once per process.
+    // sum in another order; AVX2's M = 256 tiles sum some rows otherwise): keep the small kernel
+    // for Q K^T, and for P V, only if every tile shape gives its bits. Each distinct tile geometry
+    // is probed once per process.
     static std::mutex mu;
-    static std::map<std::vector<int64_t>, bool> verdicts;
+    static std::map<std::vector<int64_t>, std::pair<bool, bool>> verdicts;
     const std::vector<int64_t> key{a.Lq, a.Lk, a.D, a.Dv, a.qs[2], a.ks[2], a.vs[2], QB_, KB_};
-    if (small_) {
+    if (small && cpu::sdpa_tiles_on_small_gemm(a.D, KB_)) {
+      small_qk_ = small_pv_ = true;  // eager's tiles run on the same kernel
+    } else if (small) {
       std::lock_guard<std::mutex> lock(mu);
       auto it = verdicts.find(key);
       if (it != verdicts.end()) {
-        small_ = it->second;
+        std::tie(small_qk_, small_pv_) = it->second;
       } else {
-        for (int i = 0; i < 2 && small_; ++i)
-          for (int j = 0; j < 2 && small_; ++j)
-            if (gemms_[i][j][0])
-              small_ = probe(*gemms_[i][j][0], true, ms[i], ns[j]) &&
-                       probe(*gemms_[i][j][1], false, ms[i], ns[j]);
-        verdicts[key] = small_;
+        small_qk_ = small_pv_ = true;
+        for (int i = 0; i < 2; ++i)
+          for (int j = 0; j < 2; ++j)
+            if (gemms_[i][j][0]) {
+              small_qk_ = small_qk_ && probe(*gemms_[i][j][0], true, ms[i], ns[j]);
+              small_pv_ = small_pv_ && probe(*gemms_[i][j][1], false, ms[i], ns[j]);
+            }
+        verdicts[key] = {small_qk_, small_pv_};
       }
     }
     row_fn_ = cpu::softmax_row_for_cpu();
@@ -155,7 +161,7 @@ class PreparedSdpa final : public PreparedKernel {
         for (int64_t k0 = 0; k0 < kend; k0 += KB_) {
           const int64_t kn = std::min(KB_, a.Lk - k0);
           const int mi = qn == QB_ ? 0 : 1, ni = kn == KB_ ? 0 : 1;
-          if (small_) {
+          if (small_qk_) {
             // Tasks of one head come in q-block order: their key tiles are transposed once.
             const char* kp = a.krow(b, hk, k0);
             if (w->kt_src != kp || w->kt_rows != kn) {
@@ -176,7 +182,7 @@ class PreparedSdpa final : public PreparedKernel {
             if (alpha != 1.f && k0 > 0)
               cpu::scale_row(w->acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512_);
           }
-          if (small_)
+          if (small_pv_)
             pv_small(*w, a, a.vrow(b, hk, k0), qn, kn);
           else
             w->run(mi, ni, 1, w->P.p, a.vrow(b, hk, k0), w->acc.p);
@@ -235,40 +241,21 @@ class PreparedSdpa final : public PreparedKernel {
     pv_small(w, a, reinterpret_cast<const char*>(B.data()), qn, kn);
     return std::memcmp(C.data(), w.acc.p, C.size() * 4) == 0;
   }
-  // f32 on AVX-512: the tile products on gemm_small.h's kernel (oneDNN's order, so its bits).
-  // K's tile transposed into rows of keys (KT).
+  // f32 on AVX-512 or AVX2: the tile products on gemm_small.h's kernels (oneDNN's order, so its
+  // bits). K's tile transposed into rows of keys (KT).
   void transpose_keys(Workspace& w, const SdpaArgs& a, const char* k, int64_t kn) const {
-    cpu::transpose_f32_avx512(reinterpret_cast<const float*>(k), a.ks[2], kn, a.D, w.KT.as<float>(),
+    cpu::transpose_f32(reinterpret_cast<const float*>(k), a.ks[2], kn, a.D, w.KT.as<float>(),
                               KB_);
   }
   // S[qn, kn] = Q rows x KT.
   void qk_small(Workspace& w, const SdpaArgs& a, const char* q, int64_t qn, int64_t kn) const {
-    cpu::SmallGemm g;
-    g.a = reinterpret_cast<const float*>(q);
-    g.lda = a.qs[2];
-    g.b = w.KT.as<float>();
-    g.ldb = KB_;
-    g.c = w.S.as<float>();
-    g.ldc = KB_;
-    g.M = qn;
-    g.N = kn;
-    g.K = a.D;
-    cpu::small_gemm_f32_avx512(g, 0, qn);
+    cpu::small_gemm_f32(cpu::sdpa_qk_tile(a, q, qn, kn, w.KT.as<float>(), KB_, w.S.as<float>()),
+                        0, qn);
   }
   // acc[qn, Dv] += P[qn, kn] x V rows.
   void pv_small(Workspace& w, const SdpaArgs& a, const char* v, int64_t qn, int64_t kn) const {
-    cpu::SmallGemm g;
-    g.a = w.P.as<float>();
-    g.lda = KB_;
-    g.b = reinterpret_cast<const float*>(v);
-    g.ldb = a.vs[2];
-    g.accumulate = true;
-    g.c = w.acc.as<float>();
-    g.ldc = a.Dv;
-    g.M = qn;
-    g.N = a.Dv;
-    g.K = kn;
-    cpu::small_gemm_f32_avx512(g, 0, qn);
+    cpu::small_gemm_f32(cpu::sdpa_pv_tile(a, w.P.as<float>(), KB_, v, qn, kn, w.acc.as<float>()),
+                        0, qn);
   }
 
   // Per-thread tile buffers, stream and bound memory objects for every tile GEMM.
@@ -279,7 +266,7 @@ class PreparedSdpa final : public PreparedKernel {
           acc(size_t(s.QB_ * s.a_.Dv) * 4),
           ml(size_t(s.QB_) * 8),
           scratch(std::max<size_t>(s.scratch_bytes_, 64)),
-          KT(s.small_ ? size_t(s.a_.D * s.KB_) * 4 : 64),
+          KT(s.small_qk_ ? size_t(s.a_.D * s.KB_) * 4 : 64),
           stream(engine()) {
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 2; ++j)
@@ -322,7 +309,7 @@ class PreparedSdpa final : public PreparedKernel {
   size_t scratch_bytes_ = 0;
   std::unique_ptr<TileGemm> gemms_[2][2][2];
   cpu::SoftmaxRowFn row_fn_ = nullptr;
-  bool small_ = false;
+  bool small_qk_ = false, small_pv_ = false;
   std::vector<std::unique_ptr<Workspace>> ws_;
 };
 

@@ -208,9 +208,9 @@ class PreparedLinearAmx final : public PreparedKernel {
   WeightMemo<std::shared_ptr<const uint16_t>> memo_;
 };
 
-// Small f32 products (the dispatch-bound models' layers) on our AVX-512 kernel, which computes
-// oneDNN's bits for them (gemm_small.h) without a library call: the weight transposed once per
-// bound weight into rows of N, the rows split over threads only when there is enough work.
+// Small f32 products (the dispatch-bound models' layers) on our AVX-512 / AVX2 kernels, which
+// compute oneDNN's bits for them (gemm_small.h) without a library call: the weight transposed once
+// per bound weight into rows of N, the rows split over threads only when there is enough work.
 class PreparedLinearSmall final : public PreparedKernel {
  public:
   static constexpr int64_t kMaxMacs = int64_t(1) << 22, kMaxWeight = int64_t(1) << 18;
@@ -242,7 +242,7 @@ class PreparedLinearSmall final : public PreparedKernel {
     const int64_t grain =
         std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(4 * N * K, 1));
     parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
-      cpu::small_gemm_f32_avx512(g, b0 * 4, std::min(M, b1 * 4));
+      cpu::small_gemm_f32(g, b0 * 4, std::min(M, b1 * 4));
     });
   }
 
@@ -261,10 +261,10 @@ std::unique_ptr<PreparedKernel> Linear::prepare_cpu(const std::vector<Tensor>& i
   if (amx && out[0].dtype() == DType::bf16 && amx_gemm::enabled() && x.dim(1) > 64)
     return std::make_unique<PreparedLinearAmx>();
   const int64_t M = x.dim(0), K = x.dim(1), N = in[1].dim(0);
-  static const bool avx512 = cpu_isa() >= CpuIsa::avx512;
+  const bool small_ok = cpu::small_gemm_available();
   if (out[0].dtype() == DType::bf16 && !onednn::has_bf16_matmul())
     return PreparedLinearBf16OnF32::make(x, in[1], has_bias_, out[0]);
-  if (!avx512 || out[0].dtype() != DType::f32 || x.dtype() != DType::f32 || !x.is_contiguous() ||
+  if (!small_ok || out[0].dtype() != DType::f32 || x.dtype() != DType::f32 || !x.is_contiguous() ||
       !out[0].is_contiguous() || M * N * K > PreparedLinearSmall::kMaxMacs ||
       N * K > PreparedLinearSmall::kMaxWeight)
     return PreparedLinearOneDnn::make(x, in[1], has_bias_ ? in[2] : Tensor(), out[0]);
