@@ -104,37 +104,21 @@ float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const f
   __m256 sum_lo = _mm256_setzero_ps(), sum_hi = sum_lo;
   const int64_t vec_end = n - n % 16;  // torch's 16-lane vectors; the rest uses libm
   const int64_t full_end = std::min(vec_end, nvalid / 16 * 16);
+  // One 16-score vector as two halves: scale, subtract the max, exp, add to the sums, store P.
+  auto step = [&](int64_t j, __m256 k0, __m256 k1, bool full) {
+    const __m256 r0 = full ? _mm256_loadu_ps(s + j) : load(s + j, k0),
+                 r1 = full ? _mm256_loadu_ps(s + j + 8) : load(s + j + 8, k1);
+    const __m256 e0 = exp_u20_nonpos(_mm256_sub_ps(_mm256_mul_ps(r0, vs), vm), k0);
+    const __m256 e1 = exp_u20_nonpos(_mm256_sub_ps(_mm256_mul_ps(r1, vs), vm), k1);
+    sum_lo = _mm256_add_ps(sum_lo, e0);
+    sum_hi = _mm256_add_ps(sum_hi, e1);
+    store_p(p, j, e0, p_bf16);
+    store_p(p, j + 8, e1, p_bf16);
+  };
   int64_t j = 0;
-  for (; j < full_end; j += 16) {
-    const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(s + j), vs),
-                 x1 = _mm256_mul_ps(_mm256_loadu_ps(s + j + 8), vs);
-    const __m256 e0 = exp_u20_nonpos(_mm256_sub_ps(x0, vm), all);
-    const __m256 e1 = exp_u20_nonpos(_mm256_sub_ps(x1, vm), all);
-    sum_lo = _mm256_add_ps(sum_lo, e0);
-    sum_hi = _mm256_add_ps(sum_hi, e1);
-    store_p(p, j, e0, p_bf16);
-    store_p(p, j + 8, e1, p_bf16);
-  }
-  for (; j < vec_end; j += 16) {
-    const __m256 k0 = lanes(nvalid - j), k1 = lanes(nvalid - j - 8);
-    const __m256 x0 = _mm256_mul_ps(load(s + j, k0), vs), x1 = _mm256_mul_ps(load(s + j + 8, k1), vs);
-    const __m256 e0 = exp_u20_nonpos(_mm256_sub_ps(x0, vm), k0);
-    const __m256 e1 = exp_u20_nonpos(_mm256_sub_ps(x1, vm), k1);
-    sum_lo = _mm256_add_ps(sum_lo, e0);
-    sum_hi = _mm256_add_ps(sum_hi, e1);
-    store_p(p, j, e0, p_bf16);
-    store_p(p, j + 8, e1, p_bf16);
-  }
-  float sum_tail = 0.f;
-  for (j = vec_end; j < n; ++j) {  // torch's scalar tail uses libm expf
-    const float x = prescaled ? s[j] : s[j] * scale;
-    const float e = j < nvalid ? std::exp(x - mx) : 0.f;
-    sum_tail += e;
-    if (p_bf16)
-      static_cast<uint16_t*>(p)[j] = f32_to_bf16(e);
-    else
-      static_cast<float*>(p)[j] = e;
-  }
+  for (; j < full_end; j += 16) step(j, all, all, true);  // wholly visible: no masks
+  for (; j < vec_end; j += 16) step(j, lanes(nvalid - j), lanes(nvalid - j - 8), false);
+  const float sum_tail = softmax_row_tail(s, vec_end, n, nvalid, prescaled, scale, mx, p, p_bf16);
   const float sum = reduce_add16(sum_lo, sum_hi) + sum_tail;
   const float alpha = mx == *m ? 1.f : *m == ninf ? 0.f : std::exp(*m - mx);
   *l = *l * alpha + sum;

@@ -1,5 +1,6 @@
 // Internal interface between the SDPA driver (attention.cpp) and its per-ISA row kernels.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/gemm_small.h"
@@ -107,6 +108,23 @@ inline void finish_row(const float* acc, int64_t n, float l, void* out, bool out
     else
       static_cast<float*>(out)[d] = x;
   }
+}
+
+// The vector rows' scalar tail, columns [from, n) past the last whole 16-score vector: torch
+// uses libm expf there. Writes P and returns the tail's sum.
+inline float softmax_row_tail(const float* s, int64_t from, int64_t n, int64_t nvalid,
+                              bool prescaled, float scale, float mx, void* p, bool p_bf16) {
+  float sum = 0.f;
+  for (int64_t j = from; j < n; ++j) {
+    const float x = prescaled ? s[j] : s[j] * scale;
+    const float e = j < nvalid ? std::exp(x - mx) : 0.f;
+    sum += e;
+    if (p_bf16)
+      static_cast<uint16_t*>(p)[j] = f32_to_bf16(e);
+    else
+      static_cast<float*>(p)[j] = e;
+  }
+  return sum;
 }
 
 // A bf16 call run on f32 tiles (SdpaArgs::round_p_bf16): P rounded to the values the bf16 kernel

@@ -126,16 +126,7 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
 #pragma GCC unroll 2
   for (; j < full_end; j += 16) step(j, __mmask16(0xffff), true);
   for (; j < vec_end; j += 16) step(j, j < nvalid ? tail_mask(nvalid - j) : __mmask16(0), false);
-  float sum_tail = 0.f;
-  for (int64_t j = vec_end; j < n; ++j) {  // torch's scalar tail uses libm expf
-    const float x = prescaled ? s[j] : s[j] * scale;
-    const float e = j < nvalid ? std::exp(x - mx) : 0.f;
-    sum_tail += e;
-    if (p_bf16)
-      static_cast<uint16_t*>(p)[j] = f32_to_bf16(e);
-    else
-      static_cast<float*>(p)[j] = e;
-  }
+  const float sum_tail = softmax_row_tail(s, vec_end, n, nvalid, prescaled, scale, mx, p, p_bf16);
   const float sum = _mm512_reduce_add_ps(vsum) + sum_tail;
   // exp(-inf) = 0 on the first block and exp(0) == 1: both known without a libm call.
   const float alpha = mx == *m ? 1.f : *m == ninf ? 0.f : std::exp(*m - mx);
