@@ -446,7 +446,10 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
     path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::amx;
   if (path == AttentionPath::reference)
     sdpa_reference(a);
-  else if (path == AttentionPath::tiled || !(a.bf16 ? cpu::sdpa_amx(a) : cpu::sdpa_amx_f32(a))) {
+  // The AMX kernels are only entered on AMX CPUs: their files are built for AVX-512, and under
+  // AddressSanitizer even a function's prologue may use those instructions.
+  else if (path == AttentionPath::tiled || cpu_isa() < CpuIsa::amx_bf16 ||
+           !(a.bf16 ? cpu::sdpa_amx(a) : cpu::sdpa_amx_f32(a))) {
     const bool avx512 = cpu_isa() >= CpuIsa::avx512;
     if (a.bf16 && !onednn::has_bf16_matmul())
       sdpa_tiled_bf16_on_f32(a, q, k, v, out[0], avx512);
