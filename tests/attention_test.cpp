@@ -394,9 +394,10 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
     CpuIsa needs;
     bool exact_p;  // the AVX-512 rows may fuse scale and max subtraction into one FMA
   };
-  const Kernel kernels[] = {{"avx2", cpu::softmax_row_avx2, CpuIsa::avx2, true},
-                            {"avx512", cpu::softmax_row_avx512, CpuIsa::avx512, false},
-                            {"avx512bf16", cpu::softmax_row_avx512bf16, CpuIsa::avx512_bf16, false}};
+  const Kernel kernels[] = {
+      {"avx2", cpu::softmax_row_avx2, CpuIsa::avx2, true},
+      {"avx512", cpu::softmax_row_avx512, CpuIsa::avx512, false},
+      {"avx512bf16", cpu::softmax_row_avx512bf16, CpuIsa::avx512_bf16, false}};
   int checked = 0;
   for (const Kernel& k : kernels) {
     if (cpu_isa() < k.needs) continue;
@@ -405,9 +406,9 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
         for (bool masked : {false, true})
           for (bool p_bf16 : {false, true}) {
             const int64_t nvalid = std::max<int64_t>(0, n - cut);
-            const std::string what = std::string(k.name) + " n " + std::to_string(n) +
-                                     " nvalid " + std::to_string(nvalid) +
-                                     (masked ? " masked" : "") + (p_bf16 ? " bf16 P" : "");
+            const std::string what = std::string(k.name) + " n " + std::to_string(n) + " nvalid " +
+                                     std::to_string(nvalid) + (masked ? " masked" : "") +
+                                     (p_bf16 ? " bf16 P" : "");
             float ms = -std::numeric_limits<float>::infinity(), ls = 0, mv = ms, lv = 0;
             for (int block = 0; block < 2; ++block) {
               const auto raw = random_tensor({n}, DType::f32, uint64_t(7 * n + block)).to_floats();
@@ -420,8 +421,8 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
               const float a1 = cpu::softmax_row_scalar(s1.data(), n, nvalid, 0.35f,
                                                        masked ? add.data() : nullptr, &ms, &ls,
                                                        p1.data(), p_bf16);
-              const float a2 = k.fn(s2.data(), n, nvalid, 0.35f, masked ? add.data() : nullptr,
-                                    &mv, &lv, p2.data(), p_bf16);
+              const float a2 = k.fn(s2.data(), n, nvalid, 0.35f, masked ? add.data() : nullptr, &mv,
+                                    &lv, p2.data(), p_bf16);
               ASSERT_EQ(ms, mv) << what;
               ASSERT_EQ(a1, a2) << what;
               ASSERT_NEAR(lv, ls, 2e-6 * std::max(1.f, ls)) << what;
@@ -431,10 +432,10 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
                 continue;
               }
               for (int64_t j = 0; j < n; ++j) {  // bf16 P: one ulp; f32 P: a few float ulps
-                const float x1 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j])
-                                        : p1[size_t(j)];
-                const float x2 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j])
-                                        : p2[size_t(j)];
+                const float x1 =
+                    p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j]) : p1[size_t(j)];
+                const float x2 =
+                    p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j]) : p2[size_t(j)];
                 ASSERT_NEAR(x2, x1, (p_bf16 ? 8e-3 : 1e-6) * x1) << what << " column " << j;
               }
             }

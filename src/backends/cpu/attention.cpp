@@ -130,10 +130,14 @@ SmallGemm sdpa_pv_tile(const SdpaArgs& a, const float* p, int64_t ld, const char
 
 SoftmaxRowFn softmax_row_for_cpu() {
   switch (cpu_isa()) {
-    case CpuIsa::scalar: return softmax_row_scalar;
-    case CpuIsa::avx2: return softmax_row_avx2;
-    case CpuIsa::avx512: return softmax_row_avx512;
-    default: return softmax_row_avx512bf16;
+    case CpuIsa::scalar:
+      return softmax_row_scalar;
+    case CpuIsa::avx2:
+      return softmax_row_avx2;
+    case CpuIsa::avx512:
+      return softmax_row_avx512;
+    default:
+      return softmax_row_avx512bf16;
   }
 }
 
@@ -252,8 +256,7 @@ const Gemm& get_gemm(const GemmKey& key) {
       attr.set_post_ops(po);
     }
     try {
-      auto pd =
-          dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
+      auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
       g->scratch = pd.scratchpad_desc();
       g->prim = dnnl::matmul(pd);
       g->supported = true;
@@ -337,9 +340,9 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
         if (small) {  // S = Q x K^T, the key tile transposed into rows of keys first
           cpu::transpose_f32(reinterpret_cast<const float*>(a.krow(b, hk, k0)), a.ks[2], kn, a.D,
                              kt.as<float>(), KB);
-          cpu::small_gemm_f32(cpu::sdpa_qk_tile(a, a.qrow(b, h, q0), qn, kn, kt.as<float>(), KB,
-                                                S.as<float>()),
-                              0, qn);
+          cpu::small_gemm_f32(
+              cpu::sdpa_qk_tile(a, a.qrow(b, h, q0), qn, kn, kt.as<float>(), KB, S.as<float>()), 0,
+              qn);
         } else {
           run(qk_gemm(qn, kn), a.qrow(b, h, q0), a.krow(b, hk, k0), S.p);
         }
@@ -357,9 +360,9 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
           if (alpha != 1.f) cpu::scale_row(acc.as<float>() + r * a.Dv, a.Dv, alpha, avx512);
         }
         if (small)
-          cpu::small_gemm_f32(cpu::sdpa_pv_tile(a, P.as<float>(), KB, a.vrow(b, hk, k0), qn, kn,
-                                                acc.as<float>()),
-                              0, qn);
+          cpu::small_gemm_f32(
+              cpu::sdpa_pv_tile(a, P.as<float>(), KB, a.vrow(b, hk, k0), qn, kn, acc.as<float>()),
+              0, qn);
         else
           run(pv_gemm(qn, kn), P.p, a.vrow(b, hk, k0), acc.p);
       }
@@ -394,20 +397,13 @@ void sdpa_tiled_bf16_on_f32(const SdpaArgs& a, const Tensor& q, const Tensor& k,
   };
   const Tensor q32 = to_f32(q), k32 = to_f32(k), v32 = to_f32(v);
   Tensor out32 = Tensor::empty(out.shape(), DType::f32);
-  SdpaArgs f = a;
-  f.bf16 = false;
-  f.round_p_bf16 = true;
+  SdpaArgs f = cpu::bf16_call_on_f32(a);
   f.q = static_cast<const char*>(q32.raw_data());
   f.k = static_cast<const char*>(k32.raw_data());
   f.v = static_cast<const char*>(v32.raw_data());
-  for (int i = 0; i < 3; ++i)
-    f.qs[i] = q32.strides()[i], f.ks[i] = k32.strides()[i], f.vs[i] = v32.strides()[i];
-  if (f.Lq == 1) f.qs[2] = f.D;
-  if (f.Lk == 1) f.ks[2] = f.D, f.vs[2] = f.Dv;
   f.out = static_cast<char*>(out32.raw_data());
   sdpa_tiled(f, avx512);
-  convert_elements(out32.raw_data(), DType::f32, out.raw_data(), DType::bf16,
-                   size_t(out.numel()));
+  convert_elements(out32.raw_data(), DType::f32, out.raw_data(), DType::bf16, size_t(out.numel()));
 }
 
 }  // namespace
@@ -444,8 +440,7 @@ void ScaledDotProductAttention::eval_cpu(const std::vector<Tensor>& in, std::vec
   AttentionPath path = cpu::attention_path();
   if (path == AttentionPath::automatic)
     path = cpu_isa() == CpuIsa::scalar ? AttentionPath::reference : AttentionPath::amx;
-  if (path == AttentionPath::reference)
-    sdpa_reference(a);
+  if (path == AttentionPath::reference) sdpa_reference(a);
   // The AMX kernels are only entered on AMX CPUs: their files are built for AVX-512, and under
   // AddressSanitizer even a function's prologue may use those instructions.
   else if (path == AttentionPath::tiled || cpu_isa() < CpuIsa::amx_bf16 ||

@@ -33,8 +33,8 @@ inline __m256 exp_u20_nonpos(__m256 x, __m256 valid) {
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(0.499991506f));
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(0.999999701f));
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(1.f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
 }
 
@@ -73,8 +73,8 @@ void store_p(void* p, int64_t j, __m256 e, bool p_bf16) {
 
 }  // namespace
 
-float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
-                       float* m, float* l, void* p, bool p_bf16) {
+float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const float* add, float* m,
+                       float* l, void* p, bool p_bf16) {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   const __m256 vscale = _mm256_set1_ps(scale);
   __m256 vmax = _mm256_set1_ps(ninf), vmax2 = vmax;

@@ -67,8 +67,8 @@ using SoftmaxRowFn = float (*)(float* s, int64_t n, int64_t nvalid, float scale,
 
 float softmax_row_scalar(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                          float* m, float* l, void* p, bool p_bf16);
-float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
-                       float* m, float* l, void* p, bool p_bf16);
+float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const float* add, float* m,
+                       float* l, void* p, bool p_bf16);
 float softmax_row_avx512(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
                          float* m, float* l, void* p, bool p_bf16);
 float softmax_row_avx512bf16(float* s, int64_t n, int64_t nvalid, float scale, const float* add,
@@ -127,8 +127,20 @@ inline float softmax_row_tail(const float* s, int64_t from, int64_t n, int64_t n
   return sum;
 }
 
-// A bf16 call run on f32 tiles (SdpaArgs::round_p_bf16): P rounded to the values the bf16 kernel
-// feeds to P V.
+// A bf16 call run on f32 tiles where oneDNN has no bf16 tile GEMM: `a` for contiguous f32 copies
+// of Q, K and V ((B, H, L, D) rows), P rounded to bf16 values; the data pointers are the caller's.
+inline SdpaArgs bf16_call_on_f32(const SdpaArgs& a) {
+  SdpaArgs f = a;
+  f.bf16 = false;
+  f.round_p_bf16 = true;
+  const int64_t qs[3] = {a.H * a.Lq * a.D, a.Lq * a.D, a.D},
+                ks[3] = {a.Hkv * a.Lk * a.D, a.Lk * a.D, a.D},
+                vs[3] = {a.Hkv * a.Lk * a.Dv, a.Lk * a.Dv, a.Dv};
+  for (int i = 0; i < 3; ++i) f.qs[i] = qs[i], f.ks[i] = ks[i], f.vs[i] = vs[i];
+  return f;
+}
+
+// SdpaArgs::round_p_bf16: P rounded to the values the bf16 kernel feeds to P V.
 inline void round_row_bf16(float* p, int64_t n) {
   for (int64_t j = 0; j < n; ++j) p[j] = round_bf16(p[j]);
 }

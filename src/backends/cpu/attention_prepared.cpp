@@ -21,8 +21,8 @@
 #include "backends/cpu/attention_kernels.h"
 #include "backends/cpu/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
-#include "ops/copy.h"
 #include "ops/attention.h"
+#include "ops/copy.h"
 #include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
 
@@ -244,18 +244,17 @@ class PreparedSdpa final : public PreparedKernel {
   // f32 on AVX-512 or AVX2: the tile products on gemm_small.h's kernels (oneDNN's order, so its
   // bits). K's tile transposed into rows of keys (KT).
   void transpose_keys(Workspace& w, const SdpaArgs& a, const char* k, int64_t kn) const {
-    cpu::transpose_f32(reinterpret_cast<const float*>(k), a.ks[2], kn, a.D, w.KT.as<float>(),
-                              KB_);
+    cpu::transpose_f32(reinterpret_cast<const float*>(k), a.ks[2], kn, a.D, w.KT.as<float>(), KB_);
   }
   // S[qn, kn] = Q rows x KT.
   void qk_small(Workspace& w, const SdpaArgs& a, const char* q, int64_t qn, int64_t kn) const {
-    cpu::small_gemm_f32(cpu::sdpa_qk_tile(a, q, qn, kn, w.KT.as<float>(), KB_, w.S.as<float>()),
-                        0, qn);
+    cpu::small_gemm_f32(cpu::sdpa_qk_tile(a, q, qn, kn, w.KT.as<float>(), KB_, w.S.as<float>()), 0,
+                        qn);
   }
   // acc[qn, Dv] += P[qn, kn] x V rows.
   void pv_small(Workspace& w, const SdpaArgs& a, const char* v, int64_t qn, int64_t kn) const {
-    cpu::small_gemm_f32(cpu::sdpa_pv_tile(a, w.P.as<float>(), KB_, v, qn, kn, w.acc.as<float>()),
-                        0, qn);
+    cpu::small_gemm_f32(cpu::sdpa_pv_tile(a, w.P.as<float>(), KB_, v, qn, kn, w.acc.as<float>()), 0,
+                        qn);
   }
 
   // Per-thread tile buffers, stream and bound memory objects for every tile GEMM.
@@ -325,15 +324,7 @@ class PreparedSdpaBf16OnF32 final : public PreparedKernel {
     p->k32_ = Tensor::empty(k.shape(), DType::f32);
     p->v32_ = Tensor::empty(v.shape(), DType::f32);
     p->out32_ = Tensor::empty(out.shape(), DType::f32);
-    SdpaArgs a = bf16_args;
-    a.bf16 = false;
-    a.round_p_bf16 = true;
-    for (int i = 0; i < 3; ++i)
-      a.qs[i] = p->q32_.strides()[i], a.ks[i] = p->k32_.strides()[i],
-      a.vs[i] = p->v32_.strides()[i];
-    if (a.Lq == 1) a.qs[2] = a.D;
-    if (a.Lk == 1) a.ks[2] = a.D, a.vs[2] = a.Dv;
-    p->f32_ = std::make_unique<PreparedSdpa>(a, avx512);
+    p->f32_ = std::make_unique<PreparedSdpa>(cpu::bf16_call_on_f32(bf16_args), avx512);
     return p;
   }
 

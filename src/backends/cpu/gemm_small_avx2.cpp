@@ -90,12 +90,23 @@ void small_gemm_f32_avx2(const SmallGemm& g, int64_t m0, int64_t m1) {
     int64_t m = m0;
     for (; m + 6 <= m1; m += 6) rows<6>(g, m, k0, k1, first, last);
     switch (m1 - m) {
-      case 5: rows<5>(g, m, k0, k1, first, last); break;
-      case 4: rows<4>(g, m, k0, k1, first, last); break;
-      case 3: rows<3>(g, m, k0, k1, first, last); break;
-      case 2: rows<2>(g, m, k0, k1, first, last); break;
-      case 1: rows<1>(g, m, k0, k1, first, last); break;
-      default: break;
+      case 5:
+        rows<5>(g, m, k0, k1, first, last);
+        break;
+      case 4:
+        rows<4>(g, m, k0, k1, first, last);
+        break;
+      case 3:
+        rows<3>(g, m, k0, k1, first, last);
+        break;
+      case 2:
+        rows<2>(g, m, k0, k1, first, last);
+        break;
+      case 1:
+        rows<1>(g, m, k0, k1, first, last);
+        break;
+      default:
+        break;
     }
     if (g.K == 0) break;
   }
