@@ -1,6 +1,6 @@
 // The row kernels of elementwise_loops.h built for the avx2 path (flags from CMake by file name),
-// plus norm rows of 16k floats in registers as in the AVX-512 file: each 16-lane partial sum of
-// EW_LANE_SUM is two 8-lane halves here.
+// plus norm rows of 16k floats in registers as in the AVX-512 file (each 16-lane partial sum of
+// EW_LANE_SUM is two 8-lane halves here) and its explicit GELU-tanh loop (the plain loop divides).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -67,11 +67,68 @@ bool rms_norm_row_x16_avx2(const float* x, int64_t n, float eps, const float* w,
   return true;
 }
 
+// elementwise_avx512.cpp's exp_for_gelu_ps on 8 lanes. The argument -2|u| lies in [-87.34, 0], so
+// 2^fn (fn in [-126, 0]) is a normal float built from its exponent bits (AVX2 has no scalef).
+inline __m256 exp_for_gelu_ps(__m256 x) {
+  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f));
+  const __m256 big = _mm256_set1_ps(12582912.f);
+  const __m256 fn =
+      _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), big), big);
+  __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.f));
+  const __m256i pow2 = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(e, _mm256_castsi256_ps(pow2));
+}
+
+// elementwise_avx512.cpp's gelu_tanh_ps on 8 lanes. rcp is a 12-bit estimate (rcp14's 14): one
+// Newton step and the residual correction still land within an ulp of the division.
+inline __m256 gelu_tanh_ps(__m256 v) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
+  const __m256 u = _mm256_mul_ps(
+      _mm256_set1_ps(0.7978845608028654f),
+      _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), v), v, v));
+  const __m256 a = _mm256_andnot_ps(sign, u);
+  const __m256 e = exp_for_gelu_ps(_mm256_mul_ps(_mm256_set1_ps(-2.f), a));
+  const __m256 num = _mm256_add_ps(e, e), den = _mm256_add_ps(one, e);
+  __m256 y = _mm256_rcp_ps(den);
+  y = _mm256_fmadd_ps(_mm256_fnmadd_ps(den, y, one), y, y);
+  __m256 q = _mm256_mul_ps(num, y);
+  q = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, den, num), y, q);
+  const __m256 t = _mm256_or_ps(_mm256_sub_ps(one, q), _mm256_and_ps(sign, u));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(one, t));
+}
+
+void gelu_tanh_f32_avx2(const float* x, float* o, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // two independent chains per iteration, as the AVX-512 loop
+    const __m256 r0 = gelu_tanh_ps(_mm256_loadu_ps(x + i));
+    const __m256 r1 = gelu_tanh_ps(_mm256_loadu_ps(x + i + 8));
+    _mm256_storeu_ps(o + i, r0);
+    _mm256_storeu_ps(o + i + 8, r1);
+  }
+  for (; i < n; i += 8) {
+    const int64_t left = n - i < 8 ? n - i : 8;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(left)), lane);
+    _mm256_maskstore_ps(o + i, k, gelu_tanh_ps(_mm256_maskload_ps(x + i, k)));
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
 #define EW_TABLE_NAME ew_kernels_avx2
 #define EW_TABLE_ISA CpuIsa::avx2
+#define EW_GELU_TANH_F32 gelu_tanh_f32_avx2
 #define EW_LAYER_NORM_ROW_X16 layer_norm_row_x16_avx2
 #define EW_RMS_NORM_ROW_X16 rms_norm_row_x16_avx2
 #include "backends/cpu/elementwise_loops.h"
