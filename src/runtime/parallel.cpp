@@ -33,6 +33,14 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
+int64_t min_parallel_work() {
+  static const int64_t w = [] {
+    const char* s = std::getenv("TESSERA_MIN_PAR");
+    return s ? std::atoll(s) : int64_t(1) << 20;
+  }();
+  return w;
+}
+
 void parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);

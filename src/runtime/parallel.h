@@ -11,6 +11,11 @@ namespace tessera {
 int num_threads();
 void set_num_threads(int n);
 
+// Multiply-adds (or element operations of like cost) below which a kernel stays on the calling
+// thread: an OpenMP fork and join costs microseconds, and splitting less work than this saves less
+// than that (measured on the tiny FLUX step with two threads: docs/decisions/0017).
+int64_t min_parallel_work();
+
 // A non-owning reference to a callable fn(begin, end): every kernel passes a lambda per call, and
 // std::function would heap-allocate the lambda's captures each time (it only lives for the call).
 class RangeFn {

@@ -268,12 +268,29 @@ const Gemm& get_gemm(const GemmKey& key) {
   return *slot;
 }
 
-struct AlignedBuf {
+// One of this thread's tile buffers (slot 0-6), kept between calls and grown when too small: a
+// fresh allocation per call of tiles this large came back from the kernel as new pages, and the
+// page faults cost more than small attentions' arithmetic. Kept until the thread exits.
+struct TileBuf {
   void* p = nullptr;
-  explicit AlignedBuf(size_t bytes) : p(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64)) {
-    TESSERA_CHECK(p, "[scaled_dot_product_attention] out of memory for a ", bytes, "-byte tile");
+  TileBuf(int slot, size_t bytes) {
+    struct Slot {
+      void* p = nullptr;
+      size_t cap = 0;
+      ~Slot() { std::free(p); }
+    };
+    thread_local Slot slots[7];
+    Slot& s = slots[slot];
+    if (bytes > s.cap) {
+      std::free(s.p);
+      s.cap = 0;
+      s.p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+      TESSERA_CHECK(s.p, "[scaled_dot_product_attention] out of memory for a ", bytes,
+                    "-byte tile");
+      s.cap = bytes;
+    }
+    p = s.p;
   }
-  ~AlignedBuf() { std::free(p); }
   template <typename T>
   T* as() const {
     return static_cast<T*>(p);
@@ -310,11 +327,11 @@ void sdpa_tiled(const SdpaArgs& a, bool avx512) {
     }
   const cpu::SoftmaxRowFn row_fn = cpu::softmax_row_for_cpu();
 
-  parallel_for(a.B * a.H * nqb, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(a.B * a.H * nqb, cpu::sdpa_task_grain(a, QB), [&](int64_t begin, int64_t end) {
     dnnl::stream stream(engine());
-    AlignedBuf S(size_t(QB * KB) * 4), P(size_t(QB * KB) * es), acc(size_t(QB * a.Dv) * 4),
-        ml(size_t(QB) * 8), add(size_t(KB) * 4), scratch(std::max<size_t>(scratch_bytes, 64)),
-        kt(small ? size_t(a.D * KB) * 4 : 64);
+    const TileBuf S(0, size_t(QB * KB) * 4), P(1, size_t(QB * KB) * es),
+        acc(2, size_t(QB * a.Dv) * 4), ml(3, size_t(QB) * 8), add(4, size_t(KB) * 4),
+        scratch(5, std::max<size_t>(scratch_bytes, 64)), kt(6, small ? size_t(a.D * KB) * 4 : 64);
     float* m = ml.as<float>();
     float* l = m + QB;
     auto run = [&](const Gemm& g, const void* A, const void* Bm, void* C) {

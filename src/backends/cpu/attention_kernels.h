@@ -1,10 +1,12 @@
 // Internal interface between the SDPA driver (attention.cpp) and its per-ISA row kernels.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/gemm_small.h"
 #include "runtime/dtype.h"
+#include "runtime/parallel.h"
 
 namespace tessera::cpu {
 
@@ -35,6 +37,12 @@ struct SdpaArgs {
     return out + ((b * H + h) * Lq + i) * Dv * int64_t(es());
   }
 };
+
+// Grain for a parallel_for over (batch, head, q-block) tasks of QB query rows: one thread for
+// attentions with less than min_parallel_work() multiply-adds in all.
+inline int64_t sdpa_task_grain(const SdpaArgs& a, int64_t QB) {
+  return std::max<int64_t>(1, min_parallel_work() / std::max<int64_t>(QB * a.Lk * (a.D + a.Dv), 1));
+}
 
 // Mask row (b, h, i), columns [j0, j0 + n), as additive floats (-inf where a bool mask is false).
 void sdpa_mask_row(const SdpaArgs& a, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,

@@ -140,7 +140,7 @@ class PreparedSdpa final : public PreparedKernel {
     for (auto& w : ws_) w->kt_src = nullptr;  // new inputs may sit at the same addresses
     const int64_t rep = a.H / a.Hkv, es = int64_t(a.es());
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    parallel_for(a.B * a.H * nqb_, 1, [&](int64_t begin, int64_t end) {
+    parallel_for(a.B * a.H * nqb_, cpu::sdpa_task_grain(a, QB_), [&](int64_t begin, int64_t end) {
       const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
       std::unique_ptr<Workspace> own;
       Workspace* w = t < int(ws_.size()) ? ws_[size_t(t)].get() : nullptr;

@@ -57,8 +57,11 @@ void run_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bi
     bd.back() = out.dim(-1);
     bias_md = onednn::view_desc(bd, contiguous_strides(bd), bias.dtype(), op);
   }
+  const int threads = onednn::gemm_threads(out.numel() * a.dim(-1));
+  onednn::sync_threads(threads);
   onednn::KeyBuilder kb;
   kb.add(op).add(a).add(b).add(out).add(int64_t(bias.defined())).add(int64_t(pack));
+  kb.add(int64_t(threads));
   auto e = matmul_cache().get(kb.str(), [&] {
     MatmulEntry e;
     try {
@@ -93,7 +96,7 @@ void run_gemm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bi
                                              {DNNL_ARG_WEIGHTS, w_mem},
                                              {DNNL_ARG_DST, onednn::wrap(d_md, out)}};
   if (bias.defined()) args[DNNL_ARG_BIAS] = onednn::wrap(bias_md, bias);
-  onednn::sync_threads();
+  onednn::sync_threads(threads);
   e->prim.execute(onednn::stream(), args);
   onednn::stream().wait();
 }

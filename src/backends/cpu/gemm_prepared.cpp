@@ -59,6 +59,8 @@ class PreparedLinearOneDnn final : public PreparedKernel {
                                                     bool pack = true) {
     auto k = std::make_unique<PreparedLinearOneDnn>();
     const Tensor b = w.transpose(0, 1);
+    k->threads_ = onednn::gemm_threads(out.numel() * x.dim(-1));  // as eager's run_gemm
+    onednn::sync_threads(k->threads_);
     try {
       k->a_md_ = onednn::view_desc(x, "linear");
       k->b_md_ = onednn::view_desc(b, "linear");
@@ -115,7 +117,7 @@ class PreparedLinearOneDnn final : public PreparedKernel {
     }
     args[DNNL_ARG_WEIGHTS] = wm;
     if (in.size() > 2) bias_.set_data_handle(const_cast<void*>(in[2].raw_data()));
-    onednn::sync_threads();
+    onednn::sync_threads(threads_);
     prim_.execute(onednn::stream(), args);
     onednn::stream().wait();
   }
@@ -123,6 +125,7 @@ class PreparedLinearOneDnn final : public PreparedKernel {
  private:
   dnnl::memory::desc a_md_, b_md_, d_md_, bias_md_, packed_md_;
   bool pack_ = false;
+  int threads_ = 1;
   dnnl::matmul prim_;
   dnnl::memory src_, dst_, wmem_, bias_, scratch_;
   std::unordered_map<int, dnnl::memory> args_;
@@ -239,8 +242,7 @@ class PreparedLinearSmall final : public PreparedKernel {
     g.N = N;
     g.K = K;
     const int64_t blocks = (M + 3) / 4;
-    const int64_t grain =
-        std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(4 * N * K, 1));
+    const int64_t grain = std::max<int64_t>(1, min_parallel_work() / std::max<int64_t>(4 * N * K, 1));
     parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
       cpu::small_gemm_f32(g, b0 * 4, std::min(M, b1 * 4));
     });

@@ -17,6 +17,10 @@ dnnl::engine& engine();
 dnnl::stream& stream();
 // oneDNN runs on the OpenMP runtime: make its parallel regions on this thread use num_threads().
 void sync_threads();
+void sync_threads(int n);
+// Threads for a GEMM of `macs` multiply-adds: one below min_parallel_work(), else num_threads().
+// Set with sync_threads(n) both when its primitive is made (oneDNN fixes its split then) and run.
+int gemm_threads(int64_t macs);
 
 dnnl::memory::data_type data_type(DType t, const char* op);
 // Whether oneDNN has bf16 matmul kernels on this CPU (2.6: from AVX-512 on). Without them bf16
