@@ -384,6 +384,30 @@ TEST(Sdpa, FullyMaskedRowsGiveZero) {
   }
 }
 
+TEST(SdpaTiles, KeyTransposeMatchesThePlainLoop) {
+  // The register-block transposes (16 x 16 on AVX-512, 8 x 8 on AVX2) and their edges, on shapes
+  // with and without whole blocks, against dst[c][r] = src[r][c].
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+    if (cpu_isa() < isa) continue;
+    for (int64_t rows : {int64_t(1), int64_t(7), int64_t(8), int64_t(16), int64_t(37), int64_t(80)})
+      for (int64_t cols : {int64_t(3), int64_t(8), int64_t(16), int64_t(24), int64_t(128)}) {
+        const int64_t lds = cols + 5, ldd = rows + 3;
+        std::vector<float> src(size_t(rows * lds)), dst(size_t(cols * ldd), -1.f);
+        for (size_t i = 0; i < src.size(); ++i) src[i] = float(i);
+        if (isa == CpuIsa::avx2)
+          cpu::transpose_f32_avx2(src.data(), lds, rows, cols, dst.data(), ldd);
+        else
+          cpu::transpose_f32_avx512(src.data(), lds, rows, cols, dst.data(), ldd);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            ASSERT_EQ(dst[size_t(c * ldd + r)], src[size_t(r * lds + c)])
+                << cpu_isa_name(isa) << " " << rows << "x" << cols << " at " << r << "," << c;
+        for (int64_t c = 0; c < cols; ++c)  // past each destination row: untouched
+          for (int64_t r = rows; r < ldd; ++r) ASSERT_EQ(dst[size_t(c * ldd + r)], -1.f);
+      }
+  }
+}
+
 // The vector row kernels against the scalar row on two key blocks of one row (the second
 // rescales): the same exp_u20 and libm tail, so the AVX2 row's P and every row's m are the scalar
 // row's bits; the sum is reduced in another order (16 lanes), so l only to float rounding.

@@ -32,7 +32,9 @@ void small_gemm_f32(const SmallGemm& g, int64_t m0, int64_t m1);
 // keys of an attention tile), 16 x 16 blocks in registers.
 void transpose_f32_avx512(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                           int64_t ldd);
-// The same on any CPU (AVX-512 blocks where there are, else a plain loop).
+void transpose_f32_avx2(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                        int64_t ldd);  // 8 x 8 blocks
+// The same on any CPU (AVX-512 or AVX2 blocks where there are, else a plain loop).
 void transpose_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                    int64_t ldd);
 

@@ -112,4 +112,37 @@ void small_gemm_f32_avx2(const SmallGemm& g, int64_t m0, int64_t m1) {
   }
 }
 
+// An 8 x 8 block in registers: unpack pairs, then 64-bit pairs, then 128-bit halves.
+void transpose_block8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  // r[0..3] hold columns {0, 4}, {2, 6}, {1, 5}, {3, 7} of rows 0-3 (low lane: the first), r[4..7]
+  // the same of rows 4-7.
+  const int col_of[4] = {0, 2, 1, 3};
+  for (int i = 0; i < 4; ++i) {
+    const int c = col_of[i];
+    _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+void transpose_f32_avx2(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
+                        int64_t ldd) {
+  const int64_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (int64_t r = 0; r < r8; r += 8)
+    for (int64_t c = 0; c < c8; c += 8)
+      transpose_block8(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+  for (int64_t r = 0; r < rows; ++r)  // the edges
+    for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
 }  // namespace tessera::cpu
