@@ -80,7 +80,13 @@ float softmax_row_avx2(float* s, int64_t n, int64_t nvalid, float scale, const f
   __m256 vmax = _mm256_set1_ps(ninf), vmax2 = vmax;
   // Without a mask, max(s * scale) == max(s) * scale exactly (scale > 0, rounding is monotonic).
   const bool prescaled = add != nullptr || !(scale > 0.f);
-  for (int64_t j = 0; j < nvalid; j += 8) {
+  int64_t j0 = 0;
+  if (!prescaled)  // whole vectors: plain loads, no blend (max is exact, so the order is free)
+    for (; j0 + 16 <= nvalid; j0 += 16) {
+      vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j0));
+      vmax2 = _mm256_max_ps(vmax2, _mm256_loadu_ps(s + j0 + 8));
+    }
+  for (int64_t j = j0; j < nvalid; j += 8) {
     const __m256 k = lanes(nvalid - j);
     __m256 x = load(s + j, k);
     if (prescaled) {
