@@ -50,26 +50,33 @@ TEST(PreparedKernel, LinearMatchesEvalBitForBit) {
     bool bias;
   };
   // FLUX tiny shapes (width 32, MLP 128, single-block 160), a vector row, odd sizes, K > 64
-  // (the AMX kernel for bf16 on AMX CPUs) and K <= 64 (oneDNN).
-  const Case cases[] = {{80, 32, 96, true},  {320, 32, 128, true}, {320, 160, 32, true},
-                        {1, 256, 192, true}, {7, 33, 5, false},    {64, 64, 64, false},
-                        {130, 96, 70, true}};
-  for (DType dt : {DType::f32, DType::bf16}) {
-    for (const Case& c : cases) {
-      Linear op(c.bias);
-      std::vector<std::vector<Tensor>> runs;
-      // Two runs with other weights too (regional programs bind each layer's weights).
-      for (uint64_t s = 1; s <= 3; ++s) {
-        std::vector<Tensor> in{rnd({c.M, c.K}, dt, s), rnd({c.N, c.K}, dt, s + 10)};
-        if (c.bias) in.push_back(rnd({c.N}, dt, s + 20));
-        runs.push_back(in);
+  // (the AMX kernel for bf16 on AMX CPUs) and K <= 64 (oneDNN); with two threads, products on
+  // either side of min_parallel_work() (256 x 64 x 64 is exactly 2^20 multiply-adds: split).
+  const Case cases[] = {{80, 32, 96, true},   {320, 32, 128, true}, {320, 160, 32, true},
+                        {1, 256, 192, true},  {7, 33, 5, false},    {64, 64, 64, false},
+                        {130, 96, 70, true},  {256, 64, 64, true},  {255, 64, 64, false},
+                        {1024, 128, 96, true}};
+  const int saved = num_threads();
+  for (int threads : {1, 2})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      set_num_threads(threads);
+      for (const Case& c : cases) {
+        Linear op(c.bias);
+        std::vector<std::vector<Tensor>> runs;
+        // Two runs with other weights too (regional programs bind each layer's weights).
+        for (uint64_t s = 1; s <= 3; ++s) {
+          std::vector<Tensor> in{rnd({c.M, c.K}, dt, s), rnd({c.N, c.K}, dt, s + 10)};
+          if (c.bias) in.push_back(rnd({c.N}, dt, s + 20));
+          runs.push_back(in);
+        }
+        runs.push_back(runs[0]);  // the first weight again (the remembered packed form)
+        check_prepared(op, runs, {{{c.M, c.N}, dt}},
+                       std::string(dtype_name(dt)) + " linear " + std::to_string(c.M) + "x" +
+                           std::to_string(c.K) + "x" + std::to_string(c.N) + " threads " +
+                           std::to_string(threads));
       }
-      runs.push_back(runs[0]);  // the first weight again (the remembered packed form)
-      check_prepared(op, runs, {{{c.M, c.N}, dt}},
-                     std::string(dtype_name(dt)) + " linear " + std::to_string(c.M) + "x" +
-                         std::to_string(c.K) + "x" + std::to_string(c.N));
     }
-  }
+  set_num_threads(saved);
 }
 
 TEST(PreparedKernel, AttentionMatchesEvalBitForBit) {

@@ -35,8 +35,8 @@ void set_num_threads(int n) {
 
 int64_t min_parallel_work() {
   static const int64_t w = [] {
-    const char* s = std::getenv("TESSERA_MIN_PAR");
-    return s ? std::atoll(s) : int64_t(1) << 20;
+    const char* s = std::getenv("TESSERA_MIN_PARALLEL_WORK");  // decision 0017
+    return s && std::atoll(s) > 0 ? std::atoll(s) : int64_t(1) << 20;
   }();
   return w;
 }
