@@ -256,6 +256,9 @@ const Gemm& get_gemm(const GemmKey& key) {
       attr.set_post_ops(po);
     }
     try {
+      // Tiles run inside one (batch, head, q-block) task: made for one thread, so a tile run
+      // outside a parallel region (a small attention, decision 0017) does not fork.
+      onednn::sync_threads(1);
       auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
       g->scratch = pd.scratchpad_desc();
       g->prim = dnnl::matmul(pd);

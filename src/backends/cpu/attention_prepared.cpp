@@ -70,6 +70,7 @@ TileGemm make_gemm(bool bf16, int64_t M, int64_t N, int64_t K, int64_t lda, int6
     po.append_sum(1.0f);
     attr.set_post_ops(po);
   }
+  onednn::sync_threads(1);  // as get_gemm: one thread per tile
   auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g.a, g.b, g.c), attr, engine());
   g.scratch = pd.scratchpad_desc();
   g.prim = dnnl::matmul(pd);
