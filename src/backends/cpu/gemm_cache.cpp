@@ -205,13 +205,17 @@ dnnl::stream& stream() {
   return s;
 }
 
-void sync_threads() { sync_threads(num_threads()); }
+void sync_threads() {
+  sync_threads(num_threads());
+}
 
 void sync_threads(int n) {
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
-int gemm_threads(int64_t macs) { return macs < min_parallel_work() ? 1 : num_threads(); }
+int gemm_threads(int64_t macs) {
+  return macs < min_parallel_work() ? 1 : num_threads();
+}
 
 dnnl::memory::data_type data_type(DType t, const char* op) {
   switch (t) {

@@ -112,6 +112,8 @@ void small_gemm_f32_avx2(const SmallGemm& g, int64_t m0, int64_t m1) {
   }
 }
 
+namespace {
+
 // An 8 x 8 block in registers: unpack pairs, then 64-bit pairs, then 128-bit halves.
 void transpose_block8(const float* src, int64_t lds, float* dst, int64_t ldd) {
   __m256 r[8], t[8];
@@ -134,6 +136,8 @@ void transpose_block8(const float* src, int64_t lds, float* dst, int64_t ldd) {
     _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
   }
 }
+
+}  // namespace
 
 void transpose_f32_avx2(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst,
                         int64_t ldd) {
