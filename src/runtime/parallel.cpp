@@ -41,6 +41,10 @@ int64_t min_parallel_work() {
   return w;
 }
 
+int64_t grain_for_work(int64_t work_per_item) {
+  return std::max<int64_t>(1, min_parallel_work() / std::max<int64_t>(work_per_item, 1));
+}
+
 void parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);

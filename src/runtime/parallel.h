@@ -15,6 +15,8 @@ void set_num_threads(int n);
 // thread: an OpenMP fork and join costs microseconds, and splitting less work than this saves less
 // than that (measured on the tiny FLUX step with two threads: docs/decisions/0017).
 int64_t min_parallel_work();
+// The parallel_for grain for items of `work_per_item` each: at least min_parallel_work() per chunk.
+int64_t grain_for_work(int64_t work_per_item);
 
 // A non-owning reference to a callable fn(begin, end): every kernel passes a lambda per call, and
 // std::function would heap-allocate the lambda's captures each time (it only lives for the call).

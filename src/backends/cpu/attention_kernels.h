@@ -1,6 +1,5 @@
 // Internal interface between the SDPA driver (attention.cpp) and its per-ISA row kernels.
 #pragma once
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -41,7 +40,7 @@ struct SdpaArgs {
 // Grain for a parallel_for over (batch, head, q-block) tasks of QB query rows: one thread for
 // attentions with less than min_parallel_work() multiply-adds in all.
 inline int64_t sdpa_task_grain(const SdpaArgs& a, int64_t QB) {
-  return std::max<int64_t>(1, min_parallel_work() / std::max<int64_t>(QB * a.Lk * (a.D + a.Dv), 1));
+  return grain_for_work(QB * a.Lk * (a.D + a.Dv));
 }
 
 // Mask row (b, h, i), columns [j0, j0 + n), as additive floats (-inf where a bool mask is false).

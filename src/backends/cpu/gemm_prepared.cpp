@@ -242,9 +242,7 @@ class PreparedLinearSmall final : public PreparedKernel {
     g.N = N;
     g.K = K;
     const int64_t blocks = (M + 3) / 4;
-    const int64_t grain =
-        std::max<int64_t>(1, min_parallel_work() / std::max<int64_t>(4 * N * K, 1));
-    parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    parallel_for(blocks, grain_for_work(4 * N * K), [&](int64_t b0, int64_t b1) {
       cpu::small_gemm_f32(g, b0 * 4, std::min(M, b1 * 4));
     });
   }
