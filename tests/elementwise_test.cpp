@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "backends/cpu/elementwise_kernels.h"
@@ -329,6 +330,47 @@ TEST(Elementwise, NormRowKernelsAreTheChainedTableCalls) {
           k.rms_norm_row(x.data(), n, eps, wp, got.data());
           ASSERT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * 4), 0)
               << "rms_norm_row " << cpu_isa_name(isa) << " n=" << n
+              << " weight=" << (wp != nullptr);
+        }
+      }
+    }
+  }
+}
+
+TEST(Elementwise, NormRowsKernelsAreTheRowKernelOnEachRow) {
+  // layer_norm_rows / rms_norm_rows (an ISA file may take 8 rows at once) give each row the bits
+  // of layer_norm_row / rms_norm_row, on ordinary rows and on rows of zeros, -0, NaN and inf.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (cpu_isa() < isa) continue;
+    const EwKernels& k = ew_kernels_for(isa);
+    for (int64_t n : {int64_t(16), int64_t(32), int64_t(48), int64_t(128), int64_t(5), kEwChunk}) {
+      for (int64_t rows : {int64_t(1), int64_t(8), int64_t(19), int64_t(64)}) {
+        const size_t len = size_t(rows * n);
+        std::vector<float> x(len), w(static_cast<size_t>(n)), got(len), want(len);
+        for (auto& v : x) v = 3.f + 40.f * nd(rng);
+        for (auto& v : w) v = nd(rng);
+        if (rows >= 8) {  // special rows among ordinary ones
+          std::fill(x.begin() + 1 * n, x.begin() + 2 * n, 0.f);
+          std::fill(x.begin() + 2 * n, x.begin() + 3 * n, -0.f);
+          x[size_t(3 * n)] = std::numeric_limits<float>::quiet_NaN();
+          x[size_t(4 * n + 1)] = std::numeric_limits<float>::infinity();
+          x[size_t(5 * n)] = 3e38f;
+        }
+        const float eps = 1e-6f;
+        for (int64_t r = 0; r < rows; ++r)
+          k.layer_norm_row(x.data() + r * n, n, eps, want.data() + r * n);
+        k.layer_norm_rows(x.data(), rows, n, eps, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), len * 4), 0)
+            << "layer_norm_rows " << cpu_isa_name(isa) << " n=" << n << " rows=" << rows;
+        for (const float* wp :
+             {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
+          for (int64_t r = 0; r < rows; ++r)
+            k.rms_norm_row(x.data() + r * n, n, eps, wp, want.data() + r * n);
+          k.rms_norm_rows(x.data(), rows, n, eps, wp, got.data());
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), len * 4), 0)
+              << "rms_norm_rows " << cpu_isa_name(isa) << " n=" << n << " rows=" << rows
               << " weight=" << (wp != nullptr);
         }
       }

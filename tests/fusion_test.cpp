@@ -149,6 +149,32 @@ TEST_F(Fusion, NarrowRowsManyPerChunkMatchEager) {
   }
 }
 
+// f32 norms on rows of 16k floats run straight into the chunk (several rows at once where the
+// ISA can), and the last value is written in place of its chunk buffer: with weight and bias,
+// RMS with and without a weight, a row count that is not a multiple of 8, rows across chunks
+// and blocks, and a kept intermediate as a second output. Bit-identical to eager.
+TEST_F(Fusion, F32NormRowsIntoTheChunkMatchEager) {
+  for (const Shape& s : {Shape{1, 37, 32}, Shape{2, 300, 64}, Shape{1, 5, 16}}) {
+    const int64_t d = s.back();
+    const Tensor x = rnd(s, DType::f32, 21), w = rnd({d}, DType::f32, 22),
+                 b = rnd({d}, DType::f32, 23), scale = rnd({1, 1, d}, DType::f32, 24),
+                 shift = rnd({1, 1, d}, DType::f32, 25);
+    SegmentReport r = deferred_matches_eager([&] {
+      const Tensor n = layer_norm(x, w, b, 1e-6);
+      return std::vector<Tensor>{n, gelu(n * scale + shift, true)};
+    });
+    EXPECT_EQ(r.fused_kernels, 1) << shape_str(s);
+    r = deferred_matches_eager([&] {
+      return std::vector<Tensor>{rms_norm(x, w, 1e-6) * scale + x,
+                                 rms_norm(x, Tensor(), 1e-6, RmsNormStyle::llama) - shift};
+    });
+    EXPECT_EQ(r.fused_kernels, 1) << shape_str(s);
+    r = deferred_matches_eager(
+        [&] { return std::vector<Tensor>{layer_norm(x, Tensor(), Tensor(), 1e-6) * scale}; });
+    EXPECT_EQ(r.fused_kernels, 1) << shape_str(s);
+  }
+}
+
 TEST_F(Fusion, InterleavedChainsOfTwoShapesAreTwoKernels) {
   // FLUX's image and text streams: the same norm -> modulate chain on two token counts, issued
   // op by op in turn. Each chain is one kernel although the other's ops arrive in between.

@@ -14,6 +14,12 @@ class LayerNorm final : public Primitive {
       : eps_(eps), has_weight_(has_weight), has_bias_(has_bias) {}
   const char* name() const override { return "layer_norm"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  bool has_weight() const { return has_weight_; }
+  bool has_bias() const { return has_bias_; }
+  // eval_cpu's bits on f32 rows of d <= kEwChunk elements (row r at x + r * d), weight and bias
+  // f32 or null: what a fused kernel computes straight into its chunk buffer.
+  void f32_rows(const float* x, int64_t rows, int64_t d, const float* w, const float* b,
+                float* o) const;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
 
@@ -34,6 +40,9 @@ class RmsNorm final : public Primitive {
       : eps_(eps), style_(style), has_weight_(has_weight) {}
   const char* name() const override { return "rms_norm"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  bool has_weight() const { return has_weight_; }
+  // As LayerNorm::f32_rows (f32 x and weight: neither style rounds in between).
+  void f32_rows(const float* x, int64_t rows, int64_t d, const float* w, float* o) const;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,

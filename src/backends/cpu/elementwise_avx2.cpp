@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backends/cpu/avx2_util.h"
+
 namespace tessera {
 namespace {
 
@@ -67,6 +69,105 @@ bool rms_norm_row_x16_avx2(const float* x, int64_t n, float eps, const float* w,
   return true;
 }
 
+// Eight rows at a time: lane j of the result is lane_tree(lo_j, hi_j), given a[j] = lo_j + hi_j
+// (the same adds, in the same order, with the rows in lanes).
+inline __m256 lane_tree_x8(__m256 a[8]) {
+  cpu_avx2::transpose8x8_ps(a);
+  const __m256 a4_0 = _mm256_add_ps(a[0], a[4]), a4_1 = _mm256_add_ps(a[1], a[5]);
+  const __m256 a4_2 = _mm256_add_ps(a[2], a[6]), a4_3 = _mm256_add_ps(a[3], a[7]);
+  return _mm256_add_ps(_mm256_add_ps(a4_0, a4_2), _mm256_add_ps(a4_1, a4_3));
+}
+
+// float((0.0 + double(t)) / n) per lane: the single-row kernels' double total and division.
+inline __m256 total_over_n(__m256 t, double n) {
+  const __m256d zero = _mm256_setzero_pd(), dn = _mm256_set1_pd(n);
+  const __m256d lo = _mm256_div_pd(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm256_castps256_ps128(t))), dn);
+  const __m256d hi = _mm256_div_pd(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1))), dn);
+  return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+}
+
+// layer_norm_row_x16_avx2 on 8 rows at once, for as many whole groups of 8 as `rows` holds; the
+// per-row statistics (transposed sums, division, square root) run as 8-lane vectors. Returns the
+// rows done.
+int64_t layer_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float eps, float* o) {
+  if (n % 16 != 0 || n == 0) return 0;
+  const int64_t done = rows / 8 * 8;
+  for (int64_t r = 0; r < done; r += 8, x += 8 * n, o += 8 * n) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) {
+      __m256 lo = _mm256_setzero_ps(), hi = lo;
+      for (int64_t i = 0; i < n; i += 16) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(x + j * n + i));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(x + j * n + i + 8));
+      }
+      a[j] = _mm256_add_ps(lo, hi);
+    }
+    alignas(32) float mean[8], rstd[8], shift[8];
+    const __m256 vmean = total_over_n(lane_tree_x8(a), double(n));
+    _mm256_store_ps(mean, vmean);
+    for (int j = 0; j < 8; ++j) {
+      const __m256 vm = _mm256_set1_ps(mean[j]);
+      __m256 lo = _mm256_setzero_ps(), hi = lo;
+      for (int64_t i = 0; i < n; i += 16) {
+        const __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + j * n + i), vm);
+        const __m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + j * n + i + 8), vm);
+        lo = _mm256_fmadd_ps(d0, d0, lo);
+        hi = _mm256_fmadd_ps(d1, d1, hi);
+      }
+      a[j] = _mm256_add_ps(lo, hi);
+    }
+    const __m256 var = total_over_n(lane_tree_x8(a), double(n));
+    // 1 / sqrt(max(var, 0) + eps); max(0, NaN) keeps the NaN as the row kernel's compare does.
+    const __m256 vr = _mm256_div_ps(
+        _mm256_set1_ps(1.f),
+        _mm256_sqrt_ps(_mm256_add_ps(_mm256_max_ps(_mm256_setzero_ps(), var), _mm256_set1_ps(eps))));
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
+    _mm256_store_ps(rstd, vr);
+    _mm256_store_ps(shift, _mm256_mul_ps(_mm256_xor_ps(vr, sign), vmean));  // -rstd * mean
+    for (int j = 0; j < 8; ++j) {
+      const __m256 va = _mm256_set1_ps(rstd[j]), vb = _mm256_set1_ps(shift[j]);
+      for (int64_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(o + j * n + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + j * n + i), va, vb));
+    }
+  }
+  return done;
+}
+
+// rms_norm_row_x16_avx2 on 8 rows at once, as above.
+int64_t rms_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float eps, const float* w,
+                               float* o) {
+  if (n % 16 != 0 || n == 0) return 0;
+  const int64_t done = rows / 8 * 8;
+  for (int64_t r = 0; r < done; r += 8, x += 8 * n, o += 8 * n) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) {
+      __m256 lo = _mm256_setzero_ps(), hi = lo;
+      for (int64_t i = 0; i < n; i += 16) {
+        const __m256 v0 = _mm256_loadu_ps(x + j * n + i), v1 = _mm256_loadu_ps(x + j * n + i + 8);
+        lo = _mm256_fmadd_ps(v0, v0, lo);
+        hi = _mm256_fmadd_ps(v1, v1, hi);
+      }
+      a[j] = _mm256_add_ps(lo, hi);
+    }
+    // 1 / sqrt(float(0.0 + ss) / float(n) + eps)
+    const __m256 ss = total_over_n(lane_tree_x8(a), 1.0);
+    alignas(32) float rr[8];
+    _mm256_store_ps(rr, _mm256_div_ps(_mm256_set1_ps(1.f),
+                                      _mm256_sqrt_ps(_mm256_add_ps(
+                                          _mm256_div_ps(ss, _mm256_set1_ps(float(n))),
+                                          _mm256_set1_ps(eps)))));
+    for (int j = 0; j < 8; ++j) {
+      const __m256 vr = _mm256_set1_ps(rr[j]);
+      for (int64_t i = 0; i < n; i += 8) {
+        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(x + j * n + i), vr);
+        if (w) t = _mm256_mul_ps(t, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(o + j * n + i, t);
+      }
+    }
+  }
+  return done;
+}
+
 // elementwise_avx512.cpp's exp_for_gelu_ps on 8 lanes, with the argument clamped at -80 instead
 // of -87.34: below about -18 GELU's 1 - 2e / (1 + e) is exactly 1 either way (checked on every
 // float), and near -87.34 e is subnormal, which Zen 3 computes 2.3x slower (GELU of |x| > 9).
@@ -125,4 +226,6 @@ void gelu_tanh_f32_avx2(const float* x, float* o, int64_t n) {
 #define EW_GELU_TANH_F32 gelu_tanh_f32_avx2
 #define EW_LAYER_NORM_ROW_X16 layer_norm_row_x16_avx2
 #define EW_RMS_NORM_ROW_X16 rms_norm_row_x16_avx2
+#define EW_LAYER_NORM_ROWS_X16 layer_norm_rows_x16_avx2
+#define EW_RMS_NORM_ROWS_X16 rms_norm_rows_x16_avx2
 #include "backends/cpu/elementwise_loops.h"

@@ -37,6 +37,12 @@ struct EwKernels {
   // sum / sum_sq_dev / sum_sq / scale_shift / binary calls that norm.cpp chains for longer rows.
   void (*layer_norm_row)(const float* x, int64_t n, float eps, float* o);
   void (*rms_norm_row)(const float* x, int64_t n, float eps, const float* w, float* o);
+  // `rows` consecutive rows (row r at x + r * n and o + r * n) of the two above, with their bits.
+  // An ISA file may normalise several rows at once: a row's statistics are a chain of dependent
+  // adds, divides and a square root, which rows side by side overlap.
+  void (*layer_norm_rows)(const float* x, int64_t rows, int64_t n, float eps, float* o);
+  void (*rms_norm_rows)(const float* x, int64_t rows, int64_t n, float eps, const float* w,
+                        float* o);
 };
 
 const EwKernels& ew_kernels();                // best for cpu_isa()

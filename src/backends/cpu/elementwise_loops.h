@@ -265,6 +265,25 @@ void k_rms_norm_row(const float* x, int64_t n, float eps, const float* w, float*
   }
 }
 
+// Whole rows: an ISA file's several-rows path (it returns how many leading rows it did), then
+// the single-row kernel for the rest.
+void k_layer_norm_rows(const float* x, int64_t rows, int64_t n, float eps, float* o) {
+  int64_t r = 0;
+#ifdef EW_LAYER_NORM_ROWS_X16
+  r = EW_LAYER_NORM_ROWS_X16(x, rows, n, eps, o);
+#endif
+  for (; r < rows; ++r) k_layer_norm_row(x + r * n, n, eps, o + r * n);
+}
+
+void k_rms_norm_rows(const float* x, int64_t rows, int64_t n, float eps, const float* w,
+                     float* o) {
+  int64_t r = 0;
+#ifdef EW_RMS_NORM_ROWS_X16
+  r = EW_RMS_NORM_ROWS_X16(x, rows, n, eps, w, o);
+#endif
+  for (; r < rows; ++r) k_rms_norm_row(x + r * n, n, eps, w, o + r * n);
+}
+
 }  // namespace
 
 const EwKernels& EW_TABLE_NAME() {
@@ -272,7 +291,8 @@ const EwKernels& EW_TABLE_NAME() {
                            k_bf16_to_f32,      k_f32_to_bf16,      k_sum,
                            k_sum_sq,           k_sum_sq_dev,       k_scale_shift,
                            k_binary<uint16_t>, k_unary<uint16_t>, k_round_bf16,
-                           k_layer_norm_row,   k_rms_norm_row};
+                           k_layer_norm_row,   k_rms_norm_row,     k_layer_norm_rows,
+                           k_rms_norm_rows};
   return k;
 }
 

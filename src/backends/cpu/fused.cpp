@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_kernels.h"
+#include "ops/norm.h"
 #include "runtime/fusion.h"
 #include "runtime/parallel.h"
 
@@ -29,6 +30,12 @@ float* thread_scratch(size_t n) {
 
 namespace {
 
+struct DirectRows {
+  const LayerNorm* ln = nullptr;
+  const RmsNorm* rms = nullptr;
+  int x = -1, w = -1, b = -1;  // kernel inputs
+};
+
 // What a fused kernel needs to know about its operand views (shapes, strides, dtypes), apart
 // from where their data is: computed per call by eval_cpu, once by a prepared kernel.
 struct FusedLayout {
@@ -43,7 +50,40 @@ struct FusedLayout {
   std::vector<Strides> st;  // operand strides aligned to the output shape (0 where broadcast)
   std::vector<DType> dts;
   std::vector<size_t> ess;
+  // Per value: a row-wise norm computed straight into its chunk buffer (f32 rows of at most a
+  // chunk) instead of through eval_cpu into scratch per block.
+  std::vector<DirectRows> direct;
+  // The output written in place of its chunk buffer (f32, the program's last value, which no
+  // later instruction reads), or -1.
+  int direct_out = -1;
 };
+
+// A row-wise instruction whose norm runs on raw f32 rows: x (contiguous, the kernel's shape),
+// weight and bias f32 vectors or absent. Anything else goes through eval_cpu.
+DirectRows direct_rows_of(const FusedInstr& I, const std::vector<Tensor>& in, int64_t d) {
+  DirectRows r;
+  if (I.kind != FusedInstr::rowwise || I.dtype != DType::f32 || d > kEwChunk) return r;
+  const auto* ln = dynamic_cast<const LayerNorm*>(I.row_prim.get());
+  const auto* rms = dynamic_cast<const RmsNorm*>(I.row_prim.get());
+  if (!ln && !rms) return r;
+  const Tensor& x = in[size_t(I.row_inputs[0])];
+  if (x.dtype() != DType::f32 || !x.is_contiguous()) return r;
+  int next = 1, w = -1, b = -1;
+  if (ln ? ln->has_weight() : rms->has_weight()) w = I.row_inputs[size_t(next++)];
+  if (ln && ln->has_bias()) b = I.row_inputs[size_t(next++)];
+  for (int p : {w, b}) {
+    if (p < 0) continue;
+    const Tensor& t = in[size_t(p)];
+    if (t.dtype() != DType::f32 || t.ndim() != 1 || !t.is_contiguous() || t.shape()[0] != d)
+      return r;
+  }
+  r.ln = ln;
+  r.rms = rms;
+  r.x = I.row_inputs[0];
+  r.w = w;
+  r.b = b;
+  return r;
+}
 
 FusedLayout layout_of(const std::vector<FusedInstr>& prog, const std::vector<int>& out_values,
                       const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
@@ -110,6 +150,12 @@ FusedLayout layout_of(const std::vector<FusedInstr>& prog, const std::vector<int
   L.block = std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1));
   L.nblocks = (L.rows + L.block - 1) / L.block;
   L.per_thread = (L.nval + nin) * size_t(kEwChunk);
+  L.direct.resize(prog.size());
+  for (size_t v = 0; v < prog.size(); ++v) L.direct[v] = direct_rows_of(prog[v], in, d);
+  for (size_t q = 0; q < out_values.size(); ++q)
+    if (size_t(out_values[q]) + 1 == prog.size() && out[q].dtype() == DType::f32 &&
+        prog.back().dtype == DType::f32 && out[q].is_contiguous())
+      L.direct_out = int(q);
   return L;
 }
 
@@ -138,6 +184,17 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
     if (used[k]) base[k] = static_cast<const char*>(in[k].raw_data());
   std::vector<char*> obase(out.size());
   for (size_t q = 0; q < out.size(); ++q) obase[q] = static_cast<char*>(out[q].raw_data());
+  auto f32_input = [&](int k) {
+    return k < 0 ? nullptr : static_cast<const float*>(in[size_t(k)].raw_data());
+  };
+  std::vector<const float*> dx(nval), dw(nval), db(nval);  // direct rows' operands
+  for (size_t v = 0; v < nval; ++v) {
+    dx[v] = f32_input(L.direct[v].x);
+    dw[v] = f32_input(L.direct[v].w);
+    db[v] = f32_input(L.direct[v].b);
+  }
+  const int dq = L.direct_out;
+  float* const direct_out = dq < 0 ? nullptr : reinterpret_cast<float*>(obase[size_t(dq)]);
 
   const EwKernels& K = ew_kernels();
   const int64_t rpc = L.rpc, block = L.block;
@@ -170,7 +227,7 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
       const int64_t r0 = blk * block, r1 = std::min(rows, r0 + block);
       for (size_t v = 0; v < nval; ++v) {
         const FusedInstr& I = prog[v];
-        if (I.kind != FusedInstr::rowwise) continue;
+        if (I.kind != FusedInstr::rowwise || dx[v]) continue;
         scratch[v].resize(size_t((r1 - r0) * d) * dtype_size(I.dtype));
         std::vector<Tensor> rin;
         for (size_t j = 0; j < I.row_inputs.size(); ++j) {
@@ -188,9 +245,13 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
         for (int64_t c0 = 0; c0 < d; c0 += kEwChunk) {
           const int64_t n = nr > 1 ? nr * d : std::min(kEwChunk, d - c0);
           std::fill(loaded.begin(), loaded.end(), 0);
+          // Value v's buffer for this chunk: its slot in vals, or the output it is stored as.
+          auto value = [&](size_t v) {
+            return direct_out && v + 1 == nval ? direct_out + r * d + c0 : vals + v * kEwChunk;
+          };
           auto fetch = [&](const FusedOperand& o, const float** p, int64_t* s) {
             if (!o.is_input) {
-              *p = vals + size_t(o.index) * kEwChunk;
+              *p = value(size_t(o.index));
               *s = 1;
               return;
             }
@@ -256,7 +317,7 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
           };
           for (size_t v = 0; v < nval; ++v) {
             const FusedInstr& I = prog[v];
-            float* o = vals + v * kEwChunk;
+            float* o = value(v);
             const float *pa = nullptr, *pb = nullptr;
             int64_t sa = 0, sb = 0;
             switch (I.kind) {
@@ -288,6 +349,15 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
                   std::memcpy(o, pa, size_t(n) * 4);
                 break;
               case FusedInstr::rowwise: {
+                const DirectRows& dr = L.direct[v];
+                if (dr.ln) {  // whole rows (d <= kEwChunk): this chunk's nr rows
+                  dr.ln->f32_rows(dx[v] + r * d, nr, d, dw[v], db[v], o);
+                  break;
+                }
+                if (dr.rms) {
+                  dr.rms->f32_rows(dx[v] + r * d, nr, d, dw[v], o);
+                  break;
+                }
                 const char* src =
                     scratch[v].data() + ((r - r0) * d + c0) * int64_t(dtype_size(I.dtype));
                 const float* f = ew_load(src, I.dtype, n, o);
@@ -298,8 +368,9 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
             if (L.round[v]) ew_round_through(o, I.dtype, n);
           }
           for (size_t q = 0; q < out.size(); ++q) {
+            if (int(q) == dq) continue;  // written in place
             const size_t es = dtype_size(out[q].dtype());
-            ew_store(vals + size_t(out_values[q]) * kEwChunk, obase[q] + (r * d + c0) * int64_t(es),
+            ew_store(value(size_t(out_values[q])), obase[q] + (r * d + c0) * int64_t(es),
                      out[q].dtype(), n);
           }
         }

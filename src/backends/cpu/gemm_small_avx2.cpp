@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/avx2_util.h"
 #include "backends/cpu/gemm_small.h"
 
 namespace tessera::cpu {
@@ -114,27 +115,12 @@ void small_gemm_f32_avx2(const SmallGemm& g, int64_t m0, int64_t m1) {
 
 namespace {
 
-// An 8 x 8 block in registers: unpack pairs, then 64-bit pairs, then 128-bit halves.
+// An 8 x 8 block through registers.
 void transpose_block8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r[8], t[8];
+  __m256 r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4)
-    for (int j = 0; j < 2; ++j) {
-      r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-  // r[0..3] hold columns {0, 4}, {2, 6}, {1, 5}, {3, 7} of rows 0-3 (low lane: the first), r[4..7]
-  // the same of rows 4-7.
-  const int col_of[4] = {0, 2, 1, 3};
-  for (int i = 0; i < 4; ++i) {
-    const int c = col_of[i];
-    _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
+  cpu_avx2::transpose8x8_ps(r);
+  for (int c = 0; c < 8; ++c) _mm256_storeu_ps(dst + c * ldd, r[c]);
 }
 
 }  // namespace

@@ -51,6 +51,11 @@ void moments(const Tensor& x, int64_t start, int64_t n, float* mean, float* var)
   *var = float(q / double(n));
 }
 
+// f32 in and out: rows are read and written in place by the several-rows kernels.
+bool f32_in_out(const Tensor& x, const Tensor& o) {
+  return x.dtype() == DType::f32 && o.dtype() == DType::f32;
+}
+
 int64_t row_grain(int64_t d) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1));
 }
@@ -70,6 +75,21 @@ void short_rows(const Tensor& x, const Tensor& o, int64_t d, int64_t r0, int64_t
 
 }  // namespace
 
+void LayerNorm::f32_rows(const float* x, int64_t rows, int64_t d, const float* w, const float* b,
+                         float* o) const {
+  const EwKernels& k = ew_kernels();
+  k.layer_norm_rows(x, rows, d, float(eps_), o);
+  if (w || b)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (w) k.binary(BinaryOp::mul, o + r * d, 1, w, 1, o + r * d, d);
+      if (b) k.binary(BinaryOp::add, o + r * d, 1, b, 1, o + r * d, d);
+    }
+}
+
+void RmsNorm::f32_rows(const float* x, int64_t rows, int64_t d, const float* w, float* o) const {
+  ew_kernels().rms_norm_rows(x, rows, d, float(eps_), w, o);
+}
+
 void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
@@ -83,6 +103,12 @@ void LayerNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out
   parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
     float buf[kEwChunk], bo[kEwChunk];
     if (d <= kEwChunk) {  // one chunk per row: one row-kernel call (same bits as below)
+      if (f32_in_out(x, o)) {  // all rows in one call (several at once where the ISA can)
+        this->f32_rows(reinterpret_cast<const float*>(at(x, r0 * d)), r1 - r0, d,
+                       w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
+                       reinterpret_cast<float*>(at_mut(o, r0 * d)));
+        return;
+      }
       short_rows(x, o, d, r0, r1, buf, bo, [&](const float* f, float* fo) {
         k.layer_norm_row(f, d, eps, fo);
         if (!w.empty()) k.binary(BinaryOp::mul, fo, 1, w.data(), 1, fo, d);
@@ -122,6 +148,11 @@ void RmsNorm::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
   parallel_for(rows, row_grain(d), [&](int64_t r0, int64_t r1) {
     float buf[kEwChunk], bo[kEwChunk];
     if (d <= kEwChunk && !round_to_w && !round_to_x) {  // the row kernel, as LayerNorm's
+      if (f32_in_out(x, o)) {
+        this->f32_rows(reinterpret_cast<const float*>(at(x, r0 * d)), r1 - r0, d,
+                       w.empty() ? nullptr : w.data(), reinterpret_cast<float*>(at_mut(o, r0 * d)));
+        return;
+      }
       short_rows(x, o, d, r0, r1, buf, bo, [&](const float* f, float* fo) {
         k.rms_norm_row(f, d, eps, w.empty() ? nullptr : w.data(), fo);
       });

@@ -1,7 +1,7 @@
 // RmsNorm prepared once for a compiled program (decision 0010) on its common small case: f32
 // rows of at most one chunk (FLUX's per-head q/k norms: 16-128 wide), f32 or no weight. Eager's
-// eval_cpu pays per call a weight copy to floats; here the weight is read in place and each row
-// is one call of the table's rms_norm_row (the row kernel eval_cpu uses, so the same bits).
+// eval_cpu pays per call a weight copy to floats; here the weight is read in place and the rows
+// go through the table's rms_norm_rows (the row kernels eval_cpu uses, so the same bits).
 #include <cmath>
 
 #include "backends/cpu/elementwise_kernels.h"
@@ -23,8 +23,7 @@ class PreparedRmsNorm final : public PreparedKernel {
     const float eps = eps_;
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)),
                  [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r)
-                     k.rms_norm_row(x + r * d, d, eps, w, o + r * d);
+                   k.rms_norm_rows(x + r0 * d, r1 - r0, d, eps, w, o + r0 * d);
                  });
   }
 
