@@ -11,6 +11,7 @@
 #include "ops/linalg.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/shape_ops.h"
 #include "runtime/compile.h"
 #include "runtime/parallel.h"
 #include "runtime/random.h"
@@ -192,6 +193,66 @@ TEST(PreparedKernel, RopeFrequenciesRemembersTheLastIdsOnly) {
   Tensor c = Tensor::from_floats(one, {40, 3});
   check_prepared(op, {{a}, {a}, {b}, {a}, {c}, {c}},
                  {{{40, 16}, DType::f32}, {{40, 16}, DType::f32}}, "rope_frequencies");
+}
+
+TEST(PreparedKernel, StridedCopyAndConcatMatchEvalBitForBit) {
+  // FLUX's attention output (B, H, L, D) -> (B, L, H, D), a view starting mid-storage, bf16;
+  // concatenations along a middle and the last dim. Each run binds other storages (and offsets).
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Copy copy;
+    std::vector<std::vector<Tensor>> runs;
+    for (uint64_t s = 1; s <= 2; ++s) runs.push_back({rnd({1, 2, 37, 16}, dt, s).transpose(1, 2)});
+    check_prepared(copy, runs, {{{1, 37, 2, 16}, dt}}, "copy (B, L, H, D)");
+    runs.clear();
+    for (uint64_t s = 1; s <= 2; ++s)
+      runs.push_back({rnd({3, 9, 5}, dt, s).slice(0, 1, 3).slice(2, 1, 4)});
+    check_prepared(copy, runs, {{{2, 9, 3}, dt}}, "copy of a sliced view");
+    Concat mid(1), last(2);
+    runs.clear();
+    for (uint64_t s = 1; s <= 2; ++s)
+      runs.push_back({rnd({1, 8, 2, 16}, dt, s), rnd({1, 64, 2, 16}, dt, s + 5)});
+    check_prepared(mid, runs, {{{1, 72, 2, 16}, dt}}, "concat dim 1");
+    runs.clear();
+    for (uint64_t s = 1; s <= 2; ++s)
+      runs.push_back({rnd({2, 65, 32}, dt, s), rnd({2, 65, 128}, dt, s + 5), rnd({2, 65, 3}, dt, s + 9)});
+    check_prepared(last, runs, {{{2, 65, 163}, dt}}, "concat last dim");
+  }
+  // Mixed dtypes and non-contiguous inputs are left to eval_cpu.
+  Copy copy;
+  std::vector<Tensor> out{Tensor::empty({4, 3}, DType::f32)};
+  EXPECT_EQ(copy.prepare_cpu({rnd({3, 4}, DType::bf16, 1).transpose(0, 1)}, out), nullptr);
+  Concat cat(0);
+  out = {Tensor::empty({6, 3}, DType::f32)};
+  EXPECT_EQ(cat.prepare_cpu({rnd({3, 3}, DType::f32, 1).transpose(0, 1), rnd({3, 3}, DType::f32, 2)}, out),
+            nullptr);
+}
+
+TEST(PreparedKernel, F32BinaryMatchesEvalBitForBit) {
+  // Same-shape operands and scalars (either side), sizes around a chunk; every op but pow.
+  for (int64_t n : {int64_t(32), int64_t(2048), int64_t(5000)}) {
+    const Shape s{1, 1, n};
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
+                        BinaryOp::maximum, BinaryOp::minimum}) {
+      Binary bin(op);
+      check_prepared(bin, {{rnd(s, DType::f32, 1), rnd(s, DType::f32, 2)},
+                           {rnd(s, DType::f32, 3), rnd(s, DType::f32, 4)}},
+                     {{s, DType::f32}}, std::string(binary_op_name(op)) + " " + shape_str(s));
+      for (bool first : {false, true}) {
+        BinaryScalar bs(op, 1.0 / 3.0, first);
+        check_prepared(bs, {{rnd(s, DType::f32, 5)}, {rnd(s, DType::f32, 6)}}, {{s, DType::f32}},
+                       std::string(binary_op_name(op)) + " scalar " + shape_str(s));
+      }
+    }
+  }
+  // Broadcasts, bf16 and pow are left to eval_cpu.
+  Binary add(BinaryOp::add);
+  std::vector<Tensor> out{Tensor::empty({4, 8}, DType::f32)};
+  EXPECT_EQ(add.prepare_cpu({rnd({4, 8}, DType::f32, 1), rnd({1, 8}, DType::f32, 2)}, out), nullptr);
+  BinaryScalar pw(BinaryOp::pow, 2.0, false);
+  EXPECT_EQ(pw.prepare_cpu({rnd({4, 8}, DType::f32, 1)}, out), nullptr);
+  out = {Tensor::empty({4, 8}, DType::bf16)};
+  BinaryScalar half(BinaryOp::add, 0.5, false);
+  EXPECT_EQ(half.prepare_cpu({rnd({4, 8}, DType::bf16, 1)}, out), nullptr);
 }
 
 TEST(PreparedKernel, PrimitivesWithoutAHookRunEval) {

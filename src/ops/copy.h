@@ -9,6 +9,8 @@ class Copy final : public Primitive {
  public:
   const char* name() const override { return "copy"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
 };
 
 // A contiguous tensor with the same values (returns `t` itself when already contiguous).

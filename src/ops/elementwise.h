@@ -36,6 +36,8 @@ class Binary final : public Primitive {
   explicit Binary(BinaryOp op) : op_(op) {}
   const char* name() const override { return binary_op_name(op_); }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override { h.add(uint64_t(op_)); }
   bool equal_attributes(const Primitive& o) const override {
     return static_cast<const Binary&>(o).op_ == op_;
@@ -57,6 +59,8 @@ class BinaryScalar final : public Primitive {
       : op_(op), scalar_(scalar), scalar_first_(scalar_first) {}
   const char* name() const override { return binary_op_name(op_); }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
   BinaryOp op() const { return op_; }

@@ -12,6 +12,8 @@ class Concat final : public Primitive {
   explicit Concat(int64_t dim) : dim_(dim) {}
   const char* name() const override { return "concat"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
+                                              const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override { h.add(uint64_t(dim_)); }
   bool equal_attributes(const Primitive& o) const override {
     return static_cast<const Concat&>(o).dim_ == dim_;

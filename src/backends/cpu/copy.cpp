@@ -1,6 +1,7 @@
 #include "ops/copy.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "runtime/parallel.h"
 
@@ -51,6 +52,53 @@ void Copy::eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
       }
     }
   });
+}
+
+namespace {
+
+// A strided copy without conversion, prepared for one view (compiled programs, replayed
+// segments): the row offsets that eval_cpu walks per call are computed once, and each row is a
+// plain byte copy. The view's own offset is read per run (a bound input may start elsewhere).
+class PreparedStridedCopy final : public PreparedKernel {
+ public:
+  PreparedStridedCopy(std::vector<int64_t> rows, int64_t row_bytes, size_t es)
+      : rows_(std::move(rows)), row_bytes_(row_bytes), es_(es) {}
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const Tensor& src = in[0];
+    src.raw_data();  // waits for a queued writer, checks the storage
+    const char* base = static_cast<const char*>(src.storage()->data()) +
+                       src.offset() * int64_t(es_);
+    char* d = static_cast<char*>(out[0].raw_data());
+    const int64_t n = int64_t(rows_.size()), rb = row_bytes_;
+    const int64_t* offs = rows_.data();
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(rb, 1));
+    parallel_for(n, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) std::memcpy(d + r * rb, base + offs[r], size_t(rb));
+    });
+  }
+
+ private:
+  std::vector<int64_t> rows_;  // byte offset of each row from the view's start
+  int64_t row_bytes_;
+  size_t es_;
+};
+
+}  // namespace
+
+std::unique_ptr<PreparedKernel> Copy::prepare_cpu(const std::vector<Tensor>& in,
+                                                  const std::vector<Tensor>& out) {
+  const Tensor& src = in[0];
+  if (src.dtype() != out[0].dtype() || src.ndim() == 0 || src.is_contiguous() ||
+      src.strides().back() != 1 || src.numel() == 0)
+    return nullptr;
+  const size_t es = dtype_size(src.dtype());
+  Shape outer(src.shape().begin(), src.shape().end() - 1);
+  Strides outer_st(src.strides().begin(), src.strides().end() - 1);
+  std::vector<int64_t> rows;
+  rows.reserve(size_t(src.numel() / src.shape().back()));
+  for_each_offset(outer, outer_st, 0, [&](int64_t off) { rows.push_back(off * int64_t(es)); });
+  return std::make_unique<PreparedStridedCopy>(std::move(rows),
+                                               src.shape().back() * int64_t(es), es);
 }
 
 }  // namespace tessera
