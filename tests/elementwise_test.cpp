@@ -264,6 +264,28 @@ TEST(Elementwise, IsaPathsAgree) {
   }
 }
 
+TEST(Elementwise, GeluTanhBlocksMatchSingleElements) {
+  // A row's whole vectors (the AVX2 file runs them in passes over blocks of 64) give the bits of
+  // the same elements one at a time (the one-vector tail path), on every ISA, special values
+  // included, with block ends mid-row.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 4.f);
+  const int64_t n = 64 * 3 + 8 * 5 + 3;
+  std::vector<float> x(static_cast<size_t>(n)), row(x.size()), one(x.size());
+  for (auto& v : x) v = nd(rng);
+  const float special[] = {NAN, INFINITY, -INFINITY, 0.f, -0.f, 9.5f, -9.5f, 100.f, -100.f, 1e-30f};
+  for (size_t i = 0; i < std::size(special); ++i) x[i * 7] = special[i];
+  for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (cpu_isa() < isa) continue;
+    const EwKernels& k = ew_kernels_for(isa);
+    k.unary(UnaryOp::gelu_tanh, x.data(), row.data(), n, false);
+    for (int64_t i = 0; i < n; ++i) k.unary(UnaryOp::gelu_tanh, x.data() + i, one.data() + i, 1, false);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::memcmp(&row[size_t(i)], &one[size_t(i)], 4), 0)
+          << cpu_isa_name(isa) << " at " << i << ": " << row[size_t(i)] << " vs " << one[size_t(i)];
+  }
+}
+
 float bits_to_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);

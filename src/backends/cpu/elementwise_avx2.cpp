@@ -3,6 +3,7 @@
 // EW_LANE_SUM is two 8-lane halves here) and its explicit GELU-tanh loop (the plain loop divides).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cpu/avx2_util.h"
@@ -206,10 +207,58 @@ inline __m256 gelu_tanh_ps(__m256 v) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(one, t));
 }
 
+// gelu_tanh_ps's steps on whole vectors of a block of up to 64 floats, in three passes: range
+// reduction, exp's polynomial, the quotient and product. One vector's whole chain (~75 cycles,
+// 30 operations) left few vectors in flight on Zen 3; thirds of it overlap ~2x better. Each
+// value is stored and reloaded exactly, so the bits are gelu_tanh_ps's.
+void gelu_tanh_block_avx2(const float* x, float* o, int64_t n) {
+  alignas(32) float rb[64], pb[64], sb[64];
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
+  for (int64_t i = 0; i < n; i += 8) {  // u, -2|u|, and exp's range reduction
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 u = _mm256_mul_ps(
+        _mm256_set1_ps(0.7978845608028654f),
+        _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), v), v, v));
+    const __m256 a = _mm256_andnot_ps(sign, u);
+    const __m256 xc = _mm256_max_ps(_mm256_mul_ps(_mm256_set1_ps(-2.f), a), _mm256_set1_ps(-80.f));
+    const __m256 big = _mm256_set1_ps(12582912.f);
+    const __m256 fn =
+        _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), big), big);
+    __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), xc);
+    _mm256_store_ps(rb + i, _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r));
+    const __m256i pow2 =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+    _mm256_store_ps(pb + i, _mm256_castsi256_ps(pow2));
+    _mm256_store_ps(sb + i, _mm256_and_ps(sign, u));
+  }
+  for (int64_t i = 0; i < n; i += 8) {  // e = exp(-2|u|)
+    const __m256 r = _mm256_load_ps(rb + i);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.f));
+    _mm256_store_ps(rb + i, _mm256_mul_ps(e, _mm256_load_ps(pb + i)));
+  }
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (int64_t i = 0; i < n; i += 8) {  // tanh = sign(u) (1 - 2e / (1 + e)), 0.5 v (1 + tanh)
+    const __m256 e = _mm256_load_ps(rb + i);
+    const __m256 q = _mm256_div_ps(_mm256_add_ps(e, e), _mm256_add_ps(one, e));
+    const __m256 t = _mm256_or_ps(_mm256_sub_ps(one, q), _mm256_load_ps(sb + i));
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(one, t)));
+  }
+}
+
 void gelu_tanh_f32_avx2(const float* x, float* o, int64_t n) {
   int64_t i = 0;
-  // One vector per iteration: two (as the AVX-512 loop) spilled registers and measured slower.
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, gelu_tanh_ps(_mm256_loadu_ps(x + i)));
+  for (; i + 8 <= n; i += 64) {
+    const int64_t m = std::min<int64_t>(64, (n - i) / 8 * 8);
+    gelu_tanh_block_avx2(x + i, o + i, m);
+    i += m - 64;
+  }
   for (; i < n; i += 8) {
     const int64_t left = n - i < 8 ? n - i : 8;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
