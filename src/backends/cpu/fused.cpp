@@ -290,9 +290,12 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
                 lp[k] = ew_load(src, dt, n, buf);
                 ls[k] = 1;
               } else {
-                for (int64_t i = 0; i < nr; ++i) {
-                  const char* rs =
-                      base[k] + (i ? row_offset(k, r + i) : roff[k]) * es + c0 * inner * es;
+                // A broadcast row is every row's: loaded once, then the buffer doubled.
+                const bool one_row = nr > 1 && same_rows[k];
+                const int64_t gathered = one_row && inner == 1 ? 1 : nr;
+                for (int64_t i = 0; i < gathered; ++i) {
+                  const int64_t off = i ? row_offset(k, r + i) : roff[k];
+                  const char* rs = base[k] + off * es + c0 * inner * es;
                   float* rb = buf + i * m;
                   if (inner == 1) {
                     const float* f = ew_load(rs, dt, m, rb);
@@ -306,6 +309,8 @@ void run_fused(const std::vector<FusedInstr>& prog, const std::vector<int>& out_
                       convert_elements(rs + e * inner * es, dt, rb + e, DType::f32, 1);
                   }
                 }
+                for (int64_t have = m; gathered == 1 && have < nr * m; have *= 2)
+                  std::memcpy(buf + have, buf, size_t(std::min(have, nr * m - have)) * 4);
                 lp[k] = buf;
                 ls[k] = 1;
                 if (same && inner == 1 && nr == rpc && nr > 1) filled[k] = c0;
