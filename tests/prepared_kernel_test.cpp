@@ -159,10 +159,10 @@ TEST(PreparedKernel, RopeMatchesEvalBitForBit) {
     }
   }
   // Rows split over two threads (chunks starting inside a sequence and a batch) and a head
-  // dim that is not a multiple of four (the rotation's scalar tail).
+  // dim that is not a multiple of four or eight (the rotations' scalar tails).
   const int saved = num_threads();
   set_num_threads(2);
-  for (const Shape& x : {Shape{2, 300, 3, 16}, Shape{2, 50, 3, 6}}) {
+  for (const Shape& x : {Shape{2, 300, 3, 16}, Shape{2, 50, 3, 6}, Shape{1, 20, 2, 20}}) {
     ApplyRope op(RopeLayout::interleaved, RopeMath::fp32, 1);
     const Shape tab{2, x[1], x[3]};
     check_prepared(op, {{rnd(x, DType::f32, 1), rnd(tab, DType::f32, 2), rnd(tab, DType::f32, 3)}},

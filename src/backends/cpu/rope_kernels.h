@@ -1,4 +1,5 @@
-// RoPE row kernels with per-ISA builds (rope_avx512.cpp); callers check cpu_isa() first.
+// RoPE row kernels with per-ISA builds (rope_avx2.cpp, rope_avx512.cpp); callers check cpu_isa()
+// first.
 #pragma once
 #include <cstdint>
 
@@ -8,5 +9,7 @@ namespace tessera::cpu {
 // one sum (built without FMA contraction), so the scalar loop's bits. D even.
 void rope_rotate_pairs_f32_avx512(const float* x, const float* c, const float* s, float* y,
                                   int64_t D);
+void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y,
+                                int64_t D);
 
 }  // namespace tessera::cpu

@@ -70,8 +70,10 @@ class PreparedRope final : public PreparedKernel {
         const float* sp = sin_base + table_row * D;
         const float* x = src + r * D;
         float* y = dst + r * D;
-        if (interleaved_ && avx512_)
+        if (interleaved_ && isa_ >= CpuIsa::avx512)
           cpu::rope_rotate_pairs_f32_avx512(x, cp, sp, y, D);
+        else if (interleaved_ && isa_ == CpuIsa::avx2)
+          cpu::rope_rotate_pairs_f32_avx2(x, cp, sp, y, D);
         else if (interleaved_)
           rotate_pairs(x, cp, sp, y, D);
         else {
@@ -89,7 +91,7 @@ class PreparedRope final : public PreparedKernel {
 
  private:
   bool interleaved_;
-  bool avx512_ = cpu_isa() >= CpuIsa::avx512;
+  CpuIsa isa_ = cpu_isa();
   int64_t D_, S_, per_s_;
   bool batched_;
   int64_t rows_per_batch_;
