@@ -6,8 +6,9 @@
 
 namespace tessera::cpu {
 
-void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y,
-                                int64_t D) {
+namespace {
+
+void rotate_row(const float* x, const float* c, const float* s, float* y, int64_t D) {
   // Even lanes take -x1 s0 (a - b is a + (-b) exactly); odd lanes x0 s1.
   const __m256 neg_even = _mm256_castsi256_ps(_mm256_set1_epi64x(int64_t(0x80000000u)));
   int64_t j = 0;
@@ -29,6 +30,13 @@ void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, 
     const __m256 b = _mm256_xor_ps(_mm256_mul_ps(swapped, _mm256_maskload_ps(s + j, k)), neg_even);
     _mm256_maskstore_ps(y + j, k, _mm256_add_ps(a, b));
   }
+}
+
+}  // namespace
+
+void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y,
+                                int64_t D, int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i) rotate_row(x + i * D, c, s, y + i * D, D);
 }
 
 }  // namespace tessera::cpu

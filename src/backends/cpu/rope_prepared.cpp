@@ -7,6 +7,7 @@
 #include <emmintrin.h>
 #endif
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -61,30 +62,37 @@ class PreparedRope final : public PreparedKernel {
     const int64_t grain = std::max<int64_t>(256, 8192 / std::max<int64_t>(D, 1));  // as eval
     parallel_for(rows, grain, [&](int64_t b, int64_t e) {
       // Row r's table row, kept as counters: two integer divisions per 16-float row cost more
-      // than its rotation.
+      // than its rotation. Rows come in runs that share a table row (a token's heads).
       int64_t p = b % per_s_, s_idx = (b / per_s_) % S_, in_batch = b % rows_per_batch_,
               batch = b / rows_per_batch_;
-      for (int64_t r = b; r < e; ++r) {
+      for (int64_t r = b; r < e;) {
+        const int64_t run = std::min(e - r, per_s_ - p);
         const int64_t table_row = (batched_ ? batch * S_ : 0) + s_idx;
         const float* cp = cos_base + table_row * D;
         const float* sp = sin_base + table_row * D;
         const float* x = src + r * D;
         float* y = dst + r * D;
-        if (interleaved_ && isa_ >= CpuIsa::avx512)
-          cpu::rope_rotate_pairs_f32_avx512(x, cp, sp, y, D);
-        else if (interleaved_ && isa_ == CpuIsa::avx2)
-          cpu::rope_rotate_pairs_f32_avx2(x, cp, sp, y, D);
-        else if (interleaved_)
-          rotate_pairs(x, cp, sp, y, D);
-        else {
-          for (int64_t j = 0; j < half; ++j) y[j] = x[j] * cp[j] - x[j + half] * sp[j];
-          for (int64_t j = half; j < D; ++j) y[j] = x[j] * cp[j] + x[j - half] * sp[j];
+        if (interleaved_ && isa_ >= CpuIsa::avx512) {
+          cpu::rope_rotate_pairs_f32_avx512(x, cp, sp, y, D, run);
+        } else if (interleaved_ && isa_ == CpuIsa::avx2) {
+          cpu::rope_rotate_pairs_f32_avx2(x, cp, sp, y, D, run);
+        } else {
+          for (int64_t i = 0; i < run; ++i, x += D, y += D) {
+            if (interleaved_) {
+              rotate_pairs(x, cp, sp, y, D);
+              continue;
+            }
+            for (int64_t j = 0; j < half; ++j) y[j] = x[j] * cp[j] - x[j + half] * sp[j];
+            for (int64_t j = half; j < D; ++j) y[j] = x[j] * cp[j] + x[j - half] * sp[j];
+          }
         }
-        if (++p == per_s_) {
+        r += run;
+        // rows_per_batch_ is a multiple of per_s_: a run never crosses a batch.
+        if ((p += run) == per_s_) {
           p = 0;
           if (++s_idx == S_) s_idx = 0;
         }
-        if (++in_batch == rows_per_batch_) in_batch = 0, ++batch;
+        if ((in_batch += run) == rows_per_batch_) in_batch = 0, ++batch;
       }
     });
   }
