@@ -65,7 +65,8 @@ void BM_compiled_norm_modulate(benchmark::State& st) {
   const int64_t tokens = st.range(0), width = st.range(1);
   Generator g(0);
   const Tensor x = randn({1, tokens, width}, DType::f32, g),
-               scale = randn({1, 1, width}, DType::f32, g), shift = randn({1, 1, width}, DType::f32, g);
+               scale = randn({1, 1, width}, DType::f32, g),
+               shift = randn({1, 1, width}, DType::f32, g);
   const Tensor scale1 = scale + 1.0;
   CompiledFunction f("norm_modulate", CompileOptions{});
   auto fn = [](const std::vector<Tensor>& in) {
@@ -77,7 +78,11 @@ void BM_compiled_norm_modulate(benchmark::State& st) {
   }
 }
 
-BENCHMARK(BM_compiled_norm_modulate)->Args({64, 32})->Args({128, 32})->Args({256, 32})->Args({1024, 3072});
+BENCHMARK(BM_compiled_norm_modulate)
+    ->Args({64, 32})
+    ->Args({128, 32})
+    ->Args({256, 32})
+    ->Args({1024, 3072});
 BENCHMARK(BM_eager_sync)->Arg(16)->Arg(256)->Arg(4096);
 BENCHMARK(BM_eager_async)->Arg(16)->Arg(256)->Arg(4096);
 BENCHMARK(BM_defer_fuse)->Arg(16)->Arg(256)->Arg(4096);

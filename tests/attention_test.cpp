@@ -430,45 +430,47 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
         for (bool masked : {false, true})
           for (bool p_bf16 : {false, true})
             for (bool flush : {false, true}) {  // every third score far below: exp flushed to 0
-            const int64_t nvalid = std::max<int64_t>(0, n - cut);
-            const std::string what = std::string(k.name) + " n " + std::to_string(n) + " nvalid " +
-                                     std::to_string(nvalid) + (masked ? " masked" : "") +
-                                     (p_bf16 ? " bf16 P" : "") + (flush ? " flush" : "");
-            float ms = -std::numeric_limits<float>::infinity(), ls = 0, mv = ms, lv = 0;
-            for (int block = 0; block < 2; ++block) {
-              const auto raw = random_tensor({n}, DType::f32, uint64_t(7 * n + block)).to_floats();
-              std::vector<float> add(static_cast<size_t>(n));
-              for (int64_t j = 0; j < n; ++j) add[size_t(j)] = j % 5 == 0 ? -3.f : 0.25f;
-              std::vector<float> s1 = raw, s2 = raw;
-              for (float& x : s1) x *= 4.f;  // scores up to ~16 before scaling
-              // Not near ln(FLT_MIN), where the scalar row's two roundings of p * 2^n differ.
-              if (flush)
-                for (size_t j = 0; j < s1.size(); j += 3) s1[j] = -1e4f;
-              s2 = s1;
-              std::vector<float> p1(static_cast<size_t>(n)), p2(static_cast<size_t>(n));
-              const float a1 = cpu::softmax_row_scalar(s1.data(), n, nvalid, 0.35f,
-                                                       masked ? add.data() : nullptr, &ms, &ls,
-                                                       p1.data(), p_bf16);
-              const float a2 = k.fn(s2.data(), n, nvalid, 0.35f, masked ? add.data() : nullptr, &mv,
-                                    &lv, p2.data(), p_bf16);
-              ASSERT_EQ(ms, mv) << what;
-              ASSERT_EQ(a1, a2) << what;
-              ASSERT_NEAR(lv, ls, 2e-6 * std::max(1.f, ls)) << what;
-              if (k.exact_p) {
-                ASSERT_EQ(std::memcmp(p1.data(), p2.data(), size_t(n) * (p_bf16 ? 2 : 4)), 0)
-                    << what << " block " << block;
-                continue;
+              const int64_t nvalid = std::max<int64_t>(0, n - cut);
+              const std::string what = std::string(k.name) + " n " + std::to_string(n) +
+                                       " nvalid " + std::to_string(nvalid) +
+                                       (masked ? " masked" : "") + (p_bf16 ? " bf16 P" : "") +
+                                       (flush ? " flush" : "");
+              float ms = -std::numeric_limits<float>::infinity(), ls = 0, mv = ms, lv = 0;
+              for (int block = 0; block < 2; ++block) {
+                const auto raw =
+                    random_tensor({n}, DType::f32, uint64_t(7 * n + block)).to_floats();
+                std::vector<float> add(static_cast<size_t>(n));
+                for (int64_t j = 0; j < n; ++j) add[size_t(j)] = j % 5 == 0 ? -3.f : 0.25f;
+                std::vector<float> s1 = raw, s2 = raw;
+                for (float& x : s1) x *= 4.f;  // scores up to ~16 before scaling
+                // Not near ln(FLT_MIN), where the scalar row's two roundings of p * 2^n differ.
+                if (flush)
+                  for (size_t j = 0; j < s1.size(); j += 3) s1[j] = -1e4f;
+                s2 = s1;
+                std::vector<float> p1(static_cast<size_t>(n)), p2(static_cast<size_t>(n));
+                const float a1 = cpu::softmax_row_scalar(s1.data(), n, nvalid, 0.35f,
+                                                         masked ? add.data() : nullptr, &ms, &ls,
+                                                         p1.data(), p_bf16);
+                const float a2 = k.fn(s2.data(), n, nvalid, 0.35f, masked ? add.data() : nullptr,
+                                      &mv, &lv, p2.data(), p_bf16);
+                ASSERT_EQ(ms, mv) << what;
+                ASSERT_EQ(a1, a2) << what;
+                ASSERT_NEAR(lv, ls, 2e-6 * std::max(1.f, ls)) << what;
+                if (k.exact_p) {
+                  ASSERT_EQ(std::memcmp(p1.data(), p2.data(), size_t(n) * (p_bf16 ? 2 : 4)), 0)
+                      << what << " block " << block;
+                  continue;
+                }
+                for (int64_t j = 0; j < n; ++j) {  // bf16 P: one ulp; f32 P: a few float ulps
+                  const float x1 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j])
+                                          : p1[size_t(j)];
+                  const float x2 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j])
+                                          : p2[size_t(j)];
+                  ASSERT_NEAR(x2, x1, (p_bf16 ? 8e-3 : 1e-6) * x1) << what << " column " << j;
+                }
               }
-              for (int64_t j = 0; j < n; ++j) {  // bf16 P: one ulp; f32 P: a few float ulps
-                const float x1 =
-                    p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j]) : p1[size_t(j)];
-                const float x2 =
-                    p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j]) : p2[size_t(j)];
-                ASSERT_NEAR(x2, x1, (p_bf16 ? 8e-3 : 1e-6) * x1) << what << " column " << j;
-              }
+              ++checked;
             }
-            ++checked;
-          }
   }
   if (checked == 0) GTEST_SKIP() << "no vector row kernel on this CPU";
 }

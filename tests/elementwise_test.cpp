@@ -279,7 +279,8 @@ TEST(Elementwise, GeluTanhBlocksMatchSingleElements) {
     if (cpu_isa() < isa) continue;
     const EwKernels& k = ew_kernels_for(isa);
     k.unary(UnaryOp::gelu_tanh, x.data(), row.data(), n, false);
-    for (int64_t i = 0; i < n; ++i) k.unary(UnaryOp::gelu_tanh, x.data() + i, one.data() + i, 1, false);
+    for (int64_t i = 0; i < n; ++i)
+      k.unary(UnaryOp::gelu_tanh, x.data() + i, one.data() + i, 1, false);
     for (int64_t i = 0; i < n; ++i)
       ASSERT_EQ(std::memcmp(&row[size_t(i)], &one[size_t(i)], 4), 0)
           << cpu_isa_name(isa) << " at " << i << ": " << row[size_t(i)] << " vs " << one[size_t(i)];

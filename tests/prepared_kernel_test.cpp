@@ -214,7 +214,8 @@ TEST(PreparedKernel, StridedCopyAndConcatMatchEvalBitForBit) {
     check_prepared(mid, runs, {{{1, 72, 2, 16}, dt}}, "concat dim 1");
     runs.clear();
     for (uint64_t s = 1; s <= 2; ++s)
-      runs.push_back({rnd({2, 65, 32}, dt, s), rnd({2, 65, 128}, dt, s + 5), rnd({2, 65, 3}, dt, s + 9)});
+      runs.push_back(
+          {rnd({2, 65, 32}, dt, s), rnd({2, 65, 128}, dt, s + 5), rnd({2, 65, 3}, dt, s + 9)});
     check_prepared(last, runs, {{{2, 65, 163}, dt}}, "concat last dim");
   }
   // Mixed dtypes and non-contiguous inputs are left to eval_cpu.
@@ -223,7 +224,8 @@ TEST(PreparedKernel, StridedCopyAndConcatMatchEvalBitForBit) {
   EXPECT_EQ(copy.prepare_cpu({rnd({3, 4}, DType::bf16, 1).transpose(0, 1)}, out), nullptr);
   Concat cat(0);
   out = {Tensor::empty({6, 3}, DType::f32)};
-  EXPECT_EQ(cat.prepare_cpu({rnd({3, 3}, DType::f32, 1).transpose(0, 1), rnd({3, 3}, DType::f32, 2)}, out),
+  EXPECT_EQ(cat.prepare_cpu(
+                {rnd({3, 3}, DType::f32, 1).transpose(0, 1), rnd({3, 3}, DType::f32, 2)}, out),
             nullptr);
 }
 
@@ -234,8 +236,9 @@ TEST(PreparedKernel, F32BinaryMatchesEvalBitForBit) {
     for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
                         BinaryOp::maximum, BinaryOp::minimum}) {
       Binary bin(op);
-      check_prepared(bin, {{rnd(s, DType::f32, 1), rnd(s, DType::f32, 2)},
-                           {rnd(s, DType::f32, 3), rnd(s, DType::f32, 4)}},
+      check_prepared(bin,
+                     {{rnd(s, DType::f32, 1), rnd(s, DType::f32, 2)},
+                      {rnd(s, DType::f32, 3), rnd(s, DType::f32, 4)}},
                      {{s, DType::f32}}, std::string(binary_op_name(op)) + " " + shape_str(s));
       for (bool first : {false, true}) {
         BinaryScalar bs(op, 1.0 / 3.0, first);
@@ -247,7 +250,8 @@ TEST(PreparedKernel, F32BinaryMatchesEvalBitForBit) {
   // Broadcasts, bf16 and pow are left to eval_cpu.
   Binary add(BinaryOp::add);
   std::vector<Tensor> out{Tensor::empty({4, 8}, DType::f32)};
-  EXPECT_EQ(add.prepare_cpu({rnd({4, 8}, DType::f32, 1), rnd({1, 8}, DType::f32, 2)}, out), nullptr);
+  EXPECT_EQ(add.prepare_cpu({rnd({4, 8}, DType::f32, 1), rnd({1, 8}, DType::f32, 2)}, out),
+            nullptr);
   BinaryScalar pw(BinaryOp::pow, 2.0, false);
   EXPECT_EQ(pw.prepare_cpu({rnd({4, 8}, DType::f32, 1)}, out), nullptr);
   out = {Tensor::empty({4, 8}, DType::bf16)};

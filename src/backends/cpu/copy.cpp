@@ -66,8 +66,8 @@ class PreparedStridedCopy final : public PreparedKernel {
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
     const Tensor& src = in[0];
     src.raw_data();  // waits for a queued writer, checks the storage
-    const char* base = static_cast<const char*>(src.storage()->data()) +
-                       src.offset() * int64_t(es_);
+    const char* base =
+        static_cast<const char*>(src.storage()->data()) + src.offset() * int64_t(es_);
     char* d = static_cast<char*>(out[0].raw_data());
     const int64_t n = int64_t(rows_.size()), rb = row_bytes_;
     const int64_t* offs = rows_.data();
@@ -97,8 +97,8 @@ std::unique_ptr<PreparedKernel> Copy::prepare_cpu(const std::vector<Tensor>& in,
   std::vector<int64_t> rows;
   rows.reserve(size_t(src.numel() / src.shape().back()));
   for_each_offset(outer, outer_st, 0, [&](int64_t off) { rows.push_back(off * int64_t(es)); });
-  return std::make_unique<PreparedStridedCopy>(std::move(rows),
-                                               src.shape().back() * int64_t(es), es);
+  return std::make_unique<PreparedStridedCopy>(std::move(rows), src.shape().back() * int64_t(es),
+                                               es);
 }
 
 }  // namespace tessera

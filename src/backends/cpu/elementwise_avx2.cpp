@@ -82,8 +82,10 @@ inline __m256 lane_tree_x8(__m256 a[8]) {
 // float((0.0 + double(t)) / n) per lane: the single-row kernels' double total and division.
 inline __m256 total_over_n(__m256 t, double n) {
   const __m256d zero = _mm256_setzero_pd(), dn = _mm256_set1_pd(n);
-  const __m256d lo = _mm256_div_pd(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm256_castps256_ps128(t))), dn);
-  const __m256d hi = _mm256_div_pd(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1))), dn);
+  const __m256d lo =
+      _mm256_div_pd(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm256_castps256_ps128(t))), dn);
+  const __m256d hi =
+      _mm256_div_pd(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1))), dn);
   return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
 }
 
@@ -120,8 +122,8 @@ int64_t layer_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float 
     const __m256 var = total_over_n(lane_tree_x8(a), double(n));
     // 1 / sqrt(max(var, 0) + eps); max(0, NaN) keeps the NaN as the row kernel's compare does.
     const __m256 vr = _mm256_div_ps(
-        _mm256_set1_ps(1.f),
-        _mm256_sqrt_ps(_mm256_add_ps(_mm256_max_ps(_mm256_setzero_ps(), var), _mm256_set1_ps(eps))));
+        _mm256_set1_ps(1.f), _mm256_sqrt_ps(_mm256_add_ps(_mm256_max_ps(_mm256_setzero_ps(), var),
+                                                          _mm256_set1_ps(eps))));
     const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
     _mm256_store_ps(rstd, vr);
     _mm256_store_ps(shift, _mm256_mul_ps(_mm256_xor_ps(vr, sign), vmean));  // -rstd * mean
@@ -153,10 +155,10 @@ int64_t rms_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float ep
     // 1 / sqrt(float(0.0 + ss) / float(n) + eps)
     const __m256 ss = total_over_n(lane_tree_x8(a), 1.0);
     alignas(32) float rr[8];
-    _mm256_store_ps(rr, _mm256_div_ps(_mm256_set1_ps(1.f),
-                                      _mm256_sqrt_ps(_mm256_add_ps(
-                                          _mm256_div_ps(ss, _mm256_set1_ps(float(n))),
-                                          _mm256_set1_ps(eps)))));
+    _mm256_store_ps(
+        rr, _mm256_div_ps(_mm256_set1_ps(1.f),
+                          _mm256_sqrt_ps(_mm256_add_ps(_mm256_div_ps(ss, _mm256_set1_ps(float(n))),
+                                                       _mm256_set1_ps(eps)))));
     for (int j = 0; j < 8; ++j) {
       const __m256 vr = _mm256_set1_ps(rr[j]);
       for (int64_t i = 0; i < n; i += 8) {
@@ -217,9 +219,11 @@ void gelu_tanh_block_avx2(const float* x, float* o, int64_t n) {
   const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
   for (int64_t i = 0; i < n; i += 8) {  // u
     const __m256 v = _mm256_loadu_ps(x + i);
-    _mm256_store_ps(sb + i, _mm256_mul_ps(
-        _mm256_set1_ps(0.7978845608028654f),
-        _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), v), v, v)));
+    _mm256_store_ps(
+        sb + i,
+        _mm256_mul_ps(
+            _mm256_set1_ps(0.7978845608028654f),
+            _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), v), v, v)));
   }
   for (int64_t i = 0; i < n; i += 8) {  // -2|u| and exp's range reduction
     const __m256 u = _mm256_load_ps(sb + i);
@@ -252,7 +256,8 @@ void gelu_tanh_block_avx2(const float* x, float* o, int64_t n) {
     const __m256 q = _mm256_div_ps(_mm256_add_ps(e, e), _mm256_add_ps(one, e));
     const __m256 t = _mm256_or_ps(_mm256_sub_ps(one, q), _mm256_load_ps(sb + i));
     const __m256 v = _mm256_loadu_ps(x + i);
-    _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(one, t)));
+    _mm256_storeu_ps(o + i,
+                     _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(one, t)));
   }
 }
 

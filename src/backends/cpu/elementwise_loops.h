@@ -275,8 +275,7 @@ void k_layer_norm_rows(const float* x, int64_t rows, int64_t n, float eps, float
   for (; r < rows; ++r) k_layer_norm_row(x + r * n, n, eps, o + r * n);
 }
 
-void k_rms_norm_rows(const float* x, int64_t rows, int64_t n, float eps, const float* w,
-                     float* o) {
+void k_rms_norm_rows(const float* x, int64_t rows, int64_t n, float eps, const float* w, float* o) {
   int64_t r = 0;
 #ifdef EW_RMS_NORM_ROWS_X16
   r = EW_RMS_NORM_ROWS_X16(x, rows, n, eps, w, o);
@@ -287,11 +286,11 @@ void k_rms_norm_rows(const float* x, int64_t rows, int64_t n, float eps, const f
 }  // namespace
 
 const EwKernels& EW_TABLE_NAME() {
-  static const EwKernels k{EW_TABLE_ISA,       k_binary<float>,    k_unary<float>,
-                           k_bf16_to_f32,      k_f32_to_bf16,      k_sum,
-                           k_sum_sq,           k_sum_sq_dev,       k_scale_shift,
+  static const EwKernels k{EW_TABLE_ISA,       k_binary<float>,   k_unary<float>,
+                           k_bf16_to_f32,      k_f32_to_bf16,     k_sum,
+                           k_sum_sq,           k_sum_sq_dev,      k_scale_shift,
                            k_binary<uint16_t>, k_unary<uint16_t>, k_round_bf16,
-                           k_layer_norm_row,   k_rms_norm_row,     k_layer_norm_rows,
+                           k_layer_norm_row,   k_rms_norm_row,    k_layer_norm_rows,
                            k_rms_norm_rows};
   return k;
 }

@@ -34,8 +34,8 @@ void rotate_row(const float* x, const float* c, const float* s, float* y, int64_
 
 }  // namespace
 
-void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y,
-                                int64_t D, int64_t rows) {
+void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y, int64_t D,
+                                int64_t rows) {
   for (int64_t i = 0; i < rows; ++i) rotate_row(x + i * D, c, s, y + i * D, D);
 }
 

@@ -10,7 +10,7 @@ namespace tessera::cpu {
 // rounded, then one sum (built without FMA contraction), so the scalar loop's bits. D even.
 void rope_rotate_pairs_f32_avx512(const float* x, const float* c, const float* s, float* y,
                                   int64_t D, int64_t rows);
-void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y,
-                                int64_t D, int64_t rows);
+void rope_rotate_pairs_f32_avx2(const float* x, const float* c, const float* s, float* y, int64_t D,
+                                int64_t rows);
 
 }  // namespace tessera::cpu
