@@ -265,9 +265,9 @@ TEST(Elementwise, IsaPathsAgree) {
 }
 
 TEST(Elementwise, GeluTanhBlocksMatchSingleElements) {
-  // A row's whole vectors (the AVX2 file runs them in passes over blocks of 64) give the bits of
-  // the same elements one at a time (the one-vector tail path), on every ISA, special values
-  // included, with block ends mid-row.
+  // A row's elements give the bits of the same elements one at a time, on every ISA, special
+  // values included: the AVX2 file runs blocks of 64 in passes and a lone element as a
+  // zero-padded vector, with block ends mid-row here.
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.f, 4.f);
   const int64_t n = 64 * 3 + 8 * 5 + 3;

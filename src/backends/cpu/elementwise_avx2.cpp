@@ -89,6 +89,20 @@ inline __m256 total_over_n(__m256 t, double n) {
   return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
 }
 
+// a[j] = lo + hi for rows j < 8 of n floats (n a multiple of 16), each 16-float step folding
+// its halves into lo and hi with step(acc, v, j): the row kernels' two 8-lane partial sums.
+template <typename Step>
+inline void row_partials_x8(const float* x, int64_t n, __m256 a[8], Step step) {
+  for (int j = 0; j < 8; ++j) {
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int64_t i = 0; i < n; i += 16) {
+      lo = step(lo, _mm256_loadu_ps(x + j * n + i), j);
+      hi = step(hi, _mm256_loadu_ps(x + j * n + i + 8), j);
+    }
+    a[j] = _mm256_add_ps(lo, hi);
+  }
+}
+
 // layer_norm_row_x16_avx2 on 8 rows at once, for as many whole groups of 8 as `rows` holds; the
 // per-row statistics (transposed sums, division, square root) run as 8-lane vectors. Returns the
 // rows done.
@@ -97,28 +111,14 @@ int64_t layer_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float 
   const int64_t done = rows / 8 * 8;
   for (int64_t r = 0; r < done; r += 8, x += 8 * n, o += 8 * n) {
     __m256 a[8];
-    for (int j = 0; j < 8; ++j) {
-      __m256 lo = _mm256_setzero_ps(), hi = lo;
-      for (int64_t i = 0; i < n; i += 16) {
-        lo = _mm256_add_ps(lo, _mm256_loadu_ps(x + j * n + i));
-        hi = _mm256_add_ps(hi, _mm256_loadu_ps(x + j * n + i + 8));
-      }
-      a[j] = _mm256_add_ps(lo, hi);
-    }
+    row_partials_x8(x, n, a, [](__m256 acc, __m256 v, int) { return _mm256_add_ps(acc, v); });
     alignas(32) float mean[8], rstd[8], shift[8];
     const __m256 vmean = total_over_n(lane_tree_x8(a), double(n));
     _mm256_store_ps(mean, vmean);
-    for (int j = 0; j < 8; ++j) {
-      const __m256 vm = _mm256_set1_ps(mean[j]);
-      __m256 lo = _mm256_setzero_ps(), hi = lo;
-      for (int64_t i = 0; i < n; i += 16) {
-        const __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + j * n + i), vm);
-        const __m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + j * n + i + 8), vm);
-        lo = _mm256_fmadd_ps(d0, d0, lo);
-        hi = _mm256_fmadd_ps(d1, d1, hi);
-      }
-      a[j] = _mm256_add_ps(lo, hi);
-    }
+    row_partials_x8(x, n, a, [&](__m256 acc, __m256 v, int j) {
+      const __m256 d = _mm256_sub_ps(v, _mm256_set1_ps(mean[j]));
+      return _mm256_fmadd_ps(d, d, acc);
+    });
     const __m256 var = total_over_n(lane_tree_x8(a), double(n));
     // 1 / sqrt(max(var, 0) + eps); max(0, NaN) keeps the NaN as the row kernel's compare does.
     const __m256 vr = _mm256_div_ps(
@@ -143,15 +143,7 @@ int64_t rms_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float ep
   const int64_t done = rows / 8 * 8;
   for (int64_t r = 0; r < done; r += 8, x += 8 * n, o += 8 * n) {
     __m256 a[8];
-    for (int j = 0; j < 8; ++j) {
-      __m256 lo = _mm256_setzero_ps(), hi = lo;
-      for (int64_t i = 0; i < n; i += 16) {
-        const __m256 v0 = _mm256_loadu_ps(x + j * n + i), v1 = _mm256_loadu_ps(x + j * n + i + 8);
-        lo = _mm256_fmadd_ps(v0, v0, lo);
-        hi = _mm256_fmadd_ps(v1, v1, hi);
-      }
-      a[j] = _mm256_add_ps(lo, hi);
-    }
+    row_partials_x8(x, n, a, [](__m256 acc, __m256 v, int) { return _mm256_fmadd_ps(v, v, acc); });
     // 1 / sqrt(float(0.0 + ss) / float(n) + eps)
     const __m256 ss = total_over_n(lane_tree_x8(a), 1.0);
     alignas(32) float rr[8];
@@ -171,49 +163,16 @@ int64_t rms_norm_rows_x16_avx2(const float* x, int64_t rows, int64_t n, float ep
   return done;
 }
 
-// elementwise_avx512.cpp's exp_for_gelu_ps on 8 lanes, with the argument clamped at -80 instead
-// of -87.34: below about -18 GELU's 1 - 2e / (1 + e) is exactly 1 either way (checked on every
-// float), and near -87.34 e is subnormal, which Zen 3 computes 2.3x slower (GELU of |x| > 9).
-// 2^fn (fn in [-115, 0]) is built from exponent bits (AVX2 has no scalef).
-inline __m256 exp_for_gelu_ps(__m256 x) {
-  const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-80.f));
-  const __m256 big = _mm256_set1_ps(12582912.f);
-  const __m256 fn =
-      _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), big), big);
-  __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.f));
-  const __m256i pow2 =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(e, _mm256_castsi256_ps(pow2));
-}
-
-// elementwise_avx512.cpp's gelu_tanh_ps on 8 lanes, except for the quotient: vdivps here (on
-// Zen 3 it measured 1.4x faster than rcp + Newton + residual, which gave the same bits).
-inline __m256 gelu_tanh_ps(__m256 v) {
-  const __m256 one = _mm256_set1_ps(1.f);
-  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
-  const __m256 u = _mm256_mul_ps(
-      _mm256_set1_ps(0.7978845608028654f),
-      _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), v), v), v, v));
-  const __m256 a = _mm256_andnot_ps(sign, u);
-  const __m256 e = exp_for_gelu_ps(_mm256_mul_ps(_mm256_set1_ps(-2.f), a));
-  const __m256 q = _mm256_div_ps(_mm256_add_ps(e, e), _mm256_add_ps(one, e));
-  const __m256 t = _mm256_or_ps(_mm256_sub_ps(one, q), _mm256_and_ps(sign, u));
-  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(one, t));
-}
-
-// gelu_tanh_ps's steps on whole vectors of a block of up to 64 floats, in four passes: u, exp's
-// range reduction, exp's polynomial, the quotient and product. One vector's whole chain (~75
-// cycles, 30 operations) left few vectors in flight on Zen 3; in parts they overlap (1.5x; a
-// fifth pass for the division measured slower). Each value is stored and reloaded exactly, so
-// the bits are gelu_tanh_ps's.
+// elementwise_avx512.cpp's gelu_tanh_ps on 8 lanes, for a block of up to 64 floats (whole
+// vectors), in four passes: u, exp's range reduction, exp's polynomial, the quotient and product.
+// One vector's whole chain (~75 cycles, 30 operations) left few vectors in flight on Zen 3; in
+// parts they overlap (1.5x; a fifth pass for the division measured slower). Each value is stored
+// and reloaded exactly. Differences from the AVX-512 steps:
+// * exp's argument is clamped at -80 instead of -87.34: below about -18 GELU's 1 - 2e / (1 + e)
+//   is exactly 1 either way (checked on every float), and near -87.34 e is subnormal, which
+//   Zen 3 computes 2.3x slower (GELU of |x| > 9). 2^fn (fn in [-115, 0]) is built from exponent
+//   bits (AVX2 has no scalef).
+// * The quotient is vdivps (on Zen 3 1.4x faster than rcp + Newton + residual, same bits).
 void gelu_tanh_block_avx2(const float* x, float* o, int64_t n) {
   alignas(32) float rb[64], pb[64], sb[64];
   const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
@@ -268,11 +227,11 @@ void gelu_tanh_f32_avx2(const float* x, float* o, int64_t n) {
     gelu_tanh_block_avx2(x + i, o + i, m);
     i += m - 64;
   }
-  for (; i < n; i += 8) {
-    const int64_t left = n - i < 8 ? n - i : 8;
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(left)), lane);
-    _mm256_maskstore_ps(o + i, k, gelu_tanh_ps(_mm256_maskload_ps(x + i, k)));
+  if (i < n) {  // the last n % 8 floats as one zero-padded vector
+    alignas(32) float in[8] = {}, out[8];
+    std::copy(x + i, x + n, in);
+    gelu_tanh_block_avx2(in, out, 8);
+    std::copy(out, out + (n - i), o + i);
   }
 }
 
