@@ -19,59 +19,59 @@ __m256 bits8(uint32_t u) {
   return _mm256_castsi256_ps(_mm256_set1_epi32(int(u)));
 }
 
-// exp_u20 for x <= 0 (attention_row_avx512.h): p * 2^n with 2^n built from exponent bits; n >=
-// -126 there, so the power is normal and the product rounds once, as scalef's. `valid` lanes
-// below ln(FLT_MIN) (and -inf) give 0, as do lanes outside `valid`.
-inline __m256 exp_u20_nonpos(__m256 x, __m256 valid) {
+// exp_u20 for x <= 0 (attention_row_avx512.h) in two steps: p(r) * 2^n with 2^n built from
+// exponent bits; n >= -126 there, so the power is normal and the product rounds once, as
+// scalef's. `valid` lanes below ln(FLT_MIN) (and -inf) give 0, as do lanes outside `valid`: their
+// power is zeroed, and p * +0 is +0 (p is positive and finite).
+// The range reduction: r and the (possibly zeroed) power of two.
+inline void exp_u20_reduce(__m256 x, __m256 valid, __m256* r, __m256* pow2) {
   const __m256 ln_min = bits8(0xc2aeac50u);
   const __m256 keep = _mm256_and_ps(valid, _mm256_cmp_ps(x, ln_min, _CMP_NLT_US));
   const __m256 src = _mm256_max_ps(x, ln_min);
   const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(src, bits8(0x3fb8aa3bu), _mm256_set1_ps(0.5f)));
-  const __m256 r = _mm256_fnmadd_ps(fx, bits8(0x3f317218u), src);
+  *r = _mm256_fnmadd_ps(fx, bits8(0x3f317218u), src);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  *pow2 = _mm256_and_ps(_mm256_castsi256_ps(e), keep);
+}
+
+// The polynomial in r, times the power.
+inline __m256 exp_u20_poly(__m256 r, __m256 pow2) {
   __m256 p = _mm256_fmadd_ps(r, _mm256_set1_ps(0.00828929059f), _mm256_set1_ps(0.0418978221f));
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(0.166676521f));
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(0.499991506f));
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(0.999999701f));
   p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(1.f));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+  return _mm256_mul_ps(p, pow2);
 }
 
-// exp(x * scale - m) of s[0, end) (end a multiple of 8, every score visible) into p: the steps of
-// exp_u20_nonpos in two passes over blocks of 64 scores, range reduction (r and the power of two,
-// zero where the lane is flushed) then the polynomial. The whole chain per vector (~40 cycles)
-// left few vectors in flight on Zen 3 (11 cycles per vector); each half has half the latency.
-// p * 0 is the and-mask's +0 (p is positive and finite), so the bits are exp_u20_nonpos's.
+inline __m256 exp_u20_nonpos(__m256 x, __m256 valid) {
+  __m256 r, pow2;
+  exp_u20_reduce(x, valid, &r, &pow2);
+  return exp_u20_poly(r, pow2);
+}
+
+// exp(x * scale - m) of s[0, end) (end a multiple of 8, every score visible) into p: the two
+// steps of exp_u20_nonpos as two passes over blocks of 64 scores. The whole chain per vector
+// (~40 cycles) left few vectors in flight on Zen 3 (11 cycles per vector); each half has half
+// the latency. The values between the passes are stored exactly, so the bits are the same.
 template <bool kScale>
 void exp_scores_f32(const float* s, int64_t end, __m256 vs, __m256 vm, float* p) {
   constexpr int64_t kBlock = 64;
   alignas(32) float rb[kBlock], eb[kBlock];
-  const __m256 ln_min = bits8(0xc2aeac50u);
+  const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   for (int64_t j0 = 0; j0 < end; j0 += kBlock) {
     const int64_t m = std::min(kBlock, end - j0);
     for (int64_t j = 0; j < m; j += 8) {
       __m256 x = _mm256_loadu_ps(s + j0 + j);
       if (kScale) x = _mm256_mul_ps(x, vs);  // else the scale is 1: x * 1 is x
-      x = _mm256_sub_ps(x, vm);
-      const __m256 keep = _mm256_cmp_ps(x, ln_min, _CMP_NLT_US);
-      const __m256 src = _mm256_max_ps(x, ln_min);
-      const __m256 fx =
-          _mm256_floor_ps(_mm256_fmadd_ps(src, bits8(0x3fb8aa3bu), _mm256_set1_ps(0.5f)));
-      _mm256_store_ps(rb + j, _mm256_fnmadd_ps(fx, bits8(0x3f317218u), src));
-      const __m256i e =
-          _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-      _mm256_store_ps(eb + j, _mm256_and_ps(_mm256_castsi256_ps(e), keep));
+      __m256 r, pow2;
+      exp_u20_reduce(_mm256_sub_ps(x, vm), all, &r, &pow2);
+      _mm256_store_ps(rb + j, r);
+      _mm256_store_ps(eb + j, pow2);
     }
-    for (int64_t j = 0; j < m; j += 8) {
-      const __m256 r = _mm256_load_ps(rb + j);
-      __m256 q = _mm256_fmadd_ps(r, _mm256_set1_ps(0.00828929059f), _mm256_set1_ps(0.0418978221f));
-      q = _mm256_fmadd_ps(r, q, _mm256_set1_ps(0.166676521f));
-      q = _mm256_fmadd_ps(r, q, _mm256_set1_ps(0.499991506f));
-      q = _mm256_fmadd_ps(r, q, _mm256_set1_ps(0.999999701f));
-      q = _mm256_fmadd_ps(r, q, _mm256_set1_ps(1.f));
-      _mm256_storeu_ps(p + j0 + j, _mm256_mul_ps(q, _mm256_load_ps(eb + j)));
-    }
+    for (int64_t j = 0; j < m; j += 8)
+      _mm256_storeu_ps(p + j0 + j, exp_u20_poly(_mm256_load_ps(rb + j), _mm256_load_ps(eb + j)));
   }
 }
 
