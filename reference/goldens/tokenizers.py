@@ -1,6 +1,8 @@
 """Tokenizer folders with real vocabularies and golden ids, as the diffusers pipelines tokenize.
 
-Writes tests/fixtures/tokenizers/{clip,t5,mistral}/ and golden_ids.json.
+Writes tests/fixtures/tokenizers/{clip,t5,mistral}/ and golden_ids.json, and the folder forms
+transformers 5's save_pretrained writes (tokenizer.json + tokenizer_config.json, no vocab.json /
+merges.txt / spiece.model) with golden_ids_json_form.json (see make_json_forms).
 Pipeline goldens import the build_* functions to put the same tokenizers into their folders.
 
 * CLIP: the real 49408-token BPE shipped in open_clip_torch (bpe_simple_vocab_16e6.txt.gz),
@@ -20,6 +22,7 @@ import shutil
 import tempfile
 
 CLIP_PAD_EOS = "<|endoftext|>"
+CLIP_SMALL_MERGES = 2000  # the trimmed CLIP vocabulary of the tokenizer.json-form fixture
 CLIP_PAD_BANG = "!"
 T5_SPM_VOCAB = 1200
 MISTRAL_VOCAB = 1500
@@ -158,6 +161,35 @@ def build_clip_tokenizer(dst: pathlib.Path, pad_token: str = CLIP_PAD_EOS) -> No
         "errors": "replace", "model_max_length": 77, "tokenizer_class": "CLIPTokenizer",
     })
     _write_json(dst / "tokenizer_config.json", config)
+
+
+def _added_token(content: str) -> dict:
+    # As the published CLIP tokenizer_config.json writes bos/eos/unk (normalized: true).
+    return {"__type": "AddedToken", "content": content, "lstrip": False, "normalized": True,
+            "rstrip": False, "single_word": False}
+
+
+def build_clip_small_tokenizer(dst: pathlib.Path) -> None:
+    """vocab.json + merges.txt form of a trimmed CLIP BPE: the first CLIP_SMALL_MERGES merges of
+    the real one (a prefix of a BPE's merges is a valid BPE), with the published CLIP config's
+    layout (bos/eos/unk as AddedToken objects, normalized: true; pad a plain string)."""
+    dst = pathlib.Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    merges = _open_clip_merges()[:CLIP_SMALL_MERGES]
+    ordered = list(_bytes_to_unicode().values())
+    vocab_list = ordered + [c + "</w>" for c in ordered] + ["".join(m) for m in merges]
+    vocab_list += ["<|startoftext|>", "<|endoftext|>"]
+    assert len(set(vocab_list)) == len(vocab_list)
+    vocab = {tok: i for i, tok in enumerate(vocab_list)}
+    (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (dst / "merges.txt").write_text(
+        "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    _write_json(dst / "tokenizer_config.json", {
+        "add_prefix_space": False, "bos_token": _added_token("<|startoftext|>"),
+        "do_lower_case": True, "eos_token": _added_token("<|endoftext|>"), "errors": "replace",
+        "model_max_length": 77, "pad_token": "<|endoftext|>", "tokenizer_class": "CLIPTokenizer",
+        "unk_token": _added_token("<|endoftext|>"),
+    })
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,6 +534,161 @@ def make(fixtures_dir: pathlib.Path) -> None:
     golden["random_mistral_llama3"] = [llama3.encode(t, add_special_tokens=False).ids
                                        for t in rand]
     (out / "golden_ids.json").write_text(
+        json.dumps(golden, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n",
+        encoding="utf-8")
+    make_json_forms(out, texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer.json folder forms (transformers 5's save_pretrained)
+# ---------------------------------------------------------------------------------------------
+def json_form_strings() -> list:
+    """Prompts that tell file forms and pipeline components apart: empty, whitespace, "▁" (the
+    Metaspace character) typed by the user, special-token text in other cases/widths (matched or
+    not after normalisation), unknown characters, punctuation, numbers, long/truncated."""
+    s = [
+        "", " ", "  ", "\t\n", "a", "Hello  world", "  leading", "trailing  ", "tab\there",
+        "new\nline", "\r\n\r\n", "mixed\u00a0\u2003\u3000spaces", "\ufeff", "zero\u200bwidth",
+        "\u2581cat", "a\u2581b", "\u2581", "\u2581\u2581x", "cat\u2581", "\u2581 \u2581",
+        "\uff1c/s\uff1e", "x</s>y", " </s> ", "</s></s>", "<pad><pad>", "<unk>", "\uff1cunk\uff1e",
+        "<extra_id_0>x", "a <extra_id_99>b", "<extra_id_100>", "\u3000</s>",
+        "<|startoftext|>", "<|STARTOFTEXT|> a", "<|startoftext|>a", "<|EndOfText|>",
+        "a  <|endoftext|>b", "x<|endoftext|>y", "<|endoftext|><|endoftext|>", "<| endoftext |>",
+        "\uff1c|endoftext|\uff1e", "<s>", "[INST]x[/INST]", "<SPECIAL_20>x", "[IMG][IMG]",
+        "A\u0300\u0301", "\u01c5ungla", "\u0130", "\ufb03", "\u03a3\u038a\u03a3", "don't STOP", "'S 'T",
+        "!!!", "hello!world", "\u00a1Hola!", "a, b; c: d.", "(((x)))", "\uff13.\uff11\uff14",
+        "1234567890" * 3, "\u2177 \u2466 \u00b2", "3.14 -2 1e9", "emoji \U0001f469\u200d\U0001f469\u200d\U0001f467 ok",
+        "\u6771\u4eac \ud55c\uad6d\uc5b4 \u041c\u043e\u0441\u043a\u0432\u0430", "\u0000nul\u0007",
+        "a" * 120 + " b", "word " * 90,
+    ]
+    return s
+
+
+COMPONENT_STRINGS = [
+    "", " ", "  ", "the cat", "  the  and  ", "Then THE theme", "12-34--56", "a-b-c", "-", "--",
+    "x1y22z333", "banana band", "caf\u00e9 \u00e9 e\u0301", "\u00fcnknown \u2603\u2603 chars",
+    "<x> yes <x>yes yesno", "[MASK]  mask [MASK]x", "\u2581the", "tab\tthe\nend", "1",
+    "the-12 and-34", "THE <X> and",
+]
+
+
+def build_component_tokenizers() -> dict:
+    """Small tokenizer.json files (character BPE) exercising the components the CLIP, T5 and
+    Mistral files do not: Strip, Prepend, Replace (string), Split behaviours and invert on
+    string patterns, Digits, Metaspace variants, fuse_unk, Bert/Sequence post-processors and
+    added tokens with lstrip/rstrip/single_word/normalized."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models
+    from tokenizers import normalizers as N
+    from tokenizers import pre_tokenizers as P
+    from tokenizers import processors as R
+
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}
+    for c in [chr(c) for c in range(0x20, 0x7F)] + ["\u2581", "\u00e9"]:
+        vocab.setdefault(c, len(vocab))
+    merges = [("t", "h"), ("th", "e"), ("h", "e"), ("\u2581", "t"), ("\u2581t", "he"), ("a", "n"),
+              ("an", "d"), ("1", "2"), ("-", "-"), ("y", "e"), ("ye", "s")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    template = R.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                    special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+
+    def make(fuse_unk=False, normalizer=None, pre=None, post=None):
+        tok = Tokenizer(models.BPE(vocab=dict(vocab), merges=list(merges), unk_token="[UNK]",
+                                   fuse_unk=fuse_unk))
+        if normalizer is not None:
+            tok.normalizer = normalizer
+        if pre is not None:
+            tok.pre_tokenizer = pre
+        if post is not None:
+            tok.post_processor = post
+        tok.add_tokens([AddedToken("<x>", lstrip=True, normalized=True),
+                        AddedToken("yes", single_word=True, normalized=False)])
+        tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, rstrip=True)])
+        return tok
+
+    return {
+        "strip_prepend": make(
+            normalizer=N.Sequence([N.Strip(left=True, right=True), N.Replace("  ", " "),
+                                   N.Prepend("\u2581"), N.Lowercase()]),
+            pre=P.Split(" ", behavior="merged_with_previous"), post=template),
+        "merged_next_digits": make(
+            pre=P.Sequence([P.Split("-", behavior="merged_with_next"),
+                            P.Digits(individual_digits=True)]),
+            post=R.BertProcessing(("[SEP]", 2), ("[CLS]", 1))),
+        "contiguous_digits": make(
+            pre=P.Sequence([P.Split(" ", behavior="contiguous"), P.Digits(individual_digits=False)])),
+        "inverted_removed_fuse_unk": make(
+            fuse_unk=True, normalizer=N.NFC(),
+            pre=P.Split("a", behavior="removed", invert=True)),
+        "metaspace_never": make(
+            normalizer=N.Replace(Regex(" {2,}"), "\u2581"),
+            pre=P.Metaspace(replacement="\u2581", prepend_scheme="never", split=False),
+            post=R.Sequence([R.ByteLevel(), template])),
+        "whitespace_metaspace": make(
+            pre=P.Sequence([P.WhitespaceSplit(),
+                            P.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)])),
+        "isolated_string": make(pre=P.Split("the", behavior="isolated"), post=template),
+    }
+
+
+def make_json_forms(out: pathlib.Path, texts: list) -> None:
+    """Folders as transformers 5's save_pretrained writes them, and ids from both file forms.
+
+    * clip_small/ (vocab.json + merges.txt, published-style config) and clip_small_json/ (what
+      save_pretrained writes from it: tokenizer.json + tokenizer_config.json);
+    * t5_json/: the T5 tokenizer's save_pretrained output (tokenizer.json, no spiece.model);
+    * components/<name>/tokenizer.json: small files for the other components
+      (build_component_tokenizers);
+    * golden_ids_json_form.json: ids (padded as the pipelines call) of golden_strings() +
+      json_form_strings() for clip_small, of json_form_strings() for the full CLIP, T5 (77)
+      and Mistral, and of COMPONENT_STRINGS (tokenizers' encode) for each component file. The
+      CLIP and T5 columns are asserted equal across the file forms before they are written.
+    """
+    import tempfile
+
+    from transformers import AutoTokenizer, CLIPTokenizer, T5TokenizerFast
+
+    build_clip_small_tokenizer(out / "clip_small")
+    CLIPTokenizer.from_pretrained(str(out / "clip_small")).save_pretrained(str(out / "clip_small_json"))
+    T5TokenizerFast.from_pretrained(str(out / "t5")).save_pretrained(str(out / "t5_json"))
+    for d in ("clip_small_json", "t5_json"):
+        files = sorted(p.name for p in (out / d).iterdir())
+        if files != ["tokenizer.json", "tokenizer_config.json"]:
+            raise RuntimeError(f"save_pretrained wrote {files} in {d}")
+
+    tricky = json_form_strings()
+    small_texts = texts + [t for t in tricky if t not in set(texts)]
+    clip_kw = dict(padding="max_length", max_length=77, truncation=True)
+    golden = {"strings": tricky, "clip_small_strings": small_texts}
+
+    def same(name, results):
+        first = results[0]
+        for r in results[1:]:
+            if r != first:
+                bad = [i for i, (a, b) in enumerate(zip(first, r)) if a != b][:3]
+                raise RuntimeError(f"{name}: file forms disagree on strings {bad}")
+        golden[name] = first
+
+    same("clip_small", [_encode(CLIPTokenizer.from_pretrained(str(out / d)), small_texts, **clip_kw)
+                        for d in ("clip_small", "clip_small_json")])
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        CLIPTokenizer.from_pretrained(str(out / "clip")).save_pretrained(str(tmp / "clip_json"))
+        same("clip", [_encode(CLIPTokenizer.from_pretrained(str(d)), tricky, **clip_kw)
+                      for d in (out / "clip", tmp / "clip_json")])
+        (tmp / "t5_spm").mkdir()
+        shutil.copyfile(out / "t5" / "spiece.model", tmp / "t5_spm" / "spiece.model")
+        same("t5_77", [_encode(T5TokenizerFast.from_pretrained(str(d)), tricky, padding="max_length",
+                            max_length=77, truncation=True)
+                       for d in (out / "t5", out / "t5_json", tmp / "t5_spm")])
+    mistral = AutoTokenizer.from_pretrained(str(out / "mistral"))
+    golden["mistral_plain"] = _encode(mistral, tricky, add_special_tokens=True)
+    golden["component_strings"] = COMPONENT_STRINGS
+    for name, tok in build_component_tokenizers().items():
+        (out / "components" / name).mkdir(parents=True, exist_ok=True)
+        tok.save(str(out / "components" / name / "tokenizer.json"))
+        golden[f"component_{name}"] = [tok.encode(t).ids for t in COMPONENT_STRINGS]
+    (out / "golden_ids_json_form.json").write_text(
         json.dumps(golden, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n",
         encoding="utf-8")
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "tokenizers/tokenizer_json.h"
 #include "tokenizers/unicode.h"
 
 namespace tessera::tokenizers {
@@ -27,11 +28,13 @@ const std::array<char32_t, 256>& byte_to_unicode() {
 
 BpeModel::BpeModel(std::unordered_map<std::string, int64_t> vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges,
-                   std::string end_of_word_suffix, int64_t unk_id, bool ignore_merges)
+                   std::string end_of_word_suffix, int64_t unk_id, bool ignore_merges,
+                   bool fuse_unk)
     : vocab_(std::move(vocab)),
       suffix_(std::move(end_of_word_suffix)),
       unk_id_(unk_id),
-      ignore_merges_(ignore_merges) {
+      ignore_merges_(ignore_merges),
+      fuse_unk_(fuse_unk) {
   merges_.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
     const auto& [a, b] = merges[r];
@@ -59,16 +62,20 @@ void BpeModel::encode_word(std::u32string_view word, std::vector<int64_t>& out) 
   }
   std::vector<int64_t> sym;
   sym.reserve(word.size());
+  bool prev_unk = false;
   for (size_t i = 0; i < word.size(); ++i) {
     std::string s;
     append_utf8(s, word[i]);
     if (i + 1 == word.size()) s += suffix_;
     int64_t id = token_id(s);
-    if (id < 0) {
+    const bool unknown = id < 0;
+    if (unknown) {
       TESSERA_CHECK(unk_id_ >= 0, "[bpe] character U+", std::hex, uint32_t(word[i]),
                     " is not in the vocabulary and the model has no unk_token");
+      if (fuse_unk_ && prev_unk) continue;
       id = unk_id_;
     }
+    prev_unk = unknown;
     sym.push_back(id);
   }
   // Repeatedly merge the lowest-ranked adjacent pair, leftmost first (tokenizers' order).
@@ -113,45 +120,64 @@ std::string special_token_field(const json& config, const char* key) {
   return "";
 }
 
-BpeModel bpe_model_from_json(const json& model, const std::string& file) {
-  TESSERA_CHECK(model.is_object() && model.value("type", "") == "BPE", "[bpe] ", file,
+void bpe_vocab_from_json(const json& model, const std::string& file,
+                         std::unordered_map<std::string, int64_t>& vocab,
+                         std::vector<std::pair<std::string, std::string>>& merges) {
+  TESSERA_CHECK(model.is_object() && model.value("type", "BPE") == "BPE", "[bpe] ", file,
                 ": model.type is '", model.is_object() ? model.value("type", "") : "",
                 "', expected 'BPE'");
   TESSERA_CHECK(model.contains("vocab") && model["vocab"].is_object(), "[bpe] ", file,
                 ": model.vocab missing, expected an object token -> id");
-  std::unordered_map<std::string, int64_t> vocab;
-  for (auto& [tok, id] : model["vocab"].items()) vocab.emplace(tok, id.get<int64_t>());
-  std::vector<std::pair<std::string, std::string>> merges;
-  if (model.contains("merges")) {
-    for (const json& m : model["merges"]) {
-      if (m.is_string()) {  // older format: "a b"
-        std::string s = m.get<std::string>();
-        size_t sp = s.find(' ', 1);
-        TESSERA_CHECK(sp != std::string::npos, "[bpe] ", file, ": merge '", s,
-                      "' has no space, expected 'left right'");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else {
-        TESSERA_CHECK(m.is_array() && m.size() == 2, "[bpe] ", file,
-                      ": a merge is neither \"a b\" nor [a, b]");
-        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      }
+  vocab.clear();
+  merges.clear();
+  vocab.reserve(model["vocab"].size());
+  for (auto& [tok, id] : model["vocab"].items()) {
+    TESSERA_CHECK(id.is_number_integer(), "[bpe] ", file, ": token '", tok,
+                  "' has a non-integer id");
+    vocab.emplace(tok, id.get<int64_t>());
+  }
+  if (!model.contains("merges")) return;
+  merges.reserve(model["merges"].size());
+  for (const json& m : model["merges"]) {
+    if (m.is_string()) {  // older format: "a b"
+      std::string s = m.get<std::string>();
+      size_t sp = s.find(' ', 1);
+      TESSERA_CHECK(sp != std::string::npos, "[bpe] ", file, ": merge '", s,
+                    "' has no space, expected 'left right'");
+      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else {
+      TESSERA_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), "[bpe] ",
+                    file, ": a merge is neither \"a b\" nor [a, b]");
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     }
   }
+}
+
+BpeModel bpe_model_from_json(const json& model, const std::string& file) {
+  std::unordered_map<std::string, int64_t> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;
+  bpe_vocab_from_json(model, file, vocab, merges);
+  auto flag = [&](const char* key) {
+    return model.contains(key) && model[key].is_boolean() && model[key].get<bool>();
+  };
   int64_t unk = -1;
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = vocab.find(model["unk_token"].get<std::string>());
     if (it != vocab.end()) unk = it->second;
   }
-  std::string suffix =
-      model.contains("end_of_word_suffix") && model["end_of_word_suffix"].is_string()
-          ? model["end_of_word_suffix"].get<std::string>()
-          : "";
-  TESSERA_CHECK(!model.contains("byte_fallback") || !model["byte_fallback"].is_boolean() ||
-                    !model["byte_fallback"].get<bool>(),
-                "[bpe] ", file, ": byte_fallback BPE is not supported, expected byte-level BPE");
-  bool ignore = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
-                model["ignore_merges"].get<bool>();
-  return BpeModel(std::move(vocab), merges, suffix, unk, ignore);
+  auto str = [&](const char* key) {
+    return model.contains(key) && model[key].is_string() ? model[key].get<std::string>() : "";
+  };
+  TESSERA_CHECK(!flag("byte_fallback"), "[bpe] ", file,
+                ": BPE with byte_fallback=true is not supported, expected byte-level BPE");
+  TESSERA_CHECK(str("continuing_subword_prefix").empty(), "[bpe] ", file,
+                ": BPE continuing_subword_prefix '", str("continuing_subword_prefix"),
+                "' is not supported, expected null or \"\"");
+  TESSERA_CHECK(!model.contains("dropout") || model["dropout"].is_null() ||
+                    (model["dropout"].is_number() && model["dropout"].get<double>() == 0.0),
+                "[bpe] ", file, ": BPE dropout is random, expected null");
+  return BpeModel(std::move(vocab), merges, str("end_of_word_suffix"), unk, flag("ignore_merges"),
+                  flag("fuse_unk"));
 }
 
 std::vector<AddedToken> added_tokens_from_json(const json& tj) {
@@ -175,7 +201,15 @@ PostProcessor post_processor_from_json(const json& post, const std::string& file
   PostProcessor p;
   if (post.is_null()) return p;
   std::string type = post.value("type", "");
-  if (type == "TemplateProcessing") {
+  if (type == "Sequence") {
+    for (const json& step : post.at("processors")) {
+      PostProcessor q = post_processor_from_json(step, file);
+      p.prefix.insert(p.prefix.end(), q.prefix.begin(), q.prefix.end());
+      p.suffix.insert(p.suffix.end(), q.suffix.begin(), q.suffix.end());
+    }
+  } else if (type == "ByteLevel") {
+    // Offsets only; no tokens.
+  } else if (type == "TemplateProcessing") {
     bool seen_a = false;
     for (const json& item : post.at("single")) {
       if (item.contains("Sequence")) {
@@ -192,7 +226,8 @@ PostProcessor post_processor_from_json(const json& post, const std::string& file
     p.suffix.push_back(post.at("sep").at(1).get<int64_t>());
   } else {
     TESSERA_FAIL("[tokenizer] ", file, ": post_processor type '", type,
-                 "' is not supported, expected TemplateProcessing, RobertaProcessing or null");
+                 "' is not supported, expected TemplateProcessing, RobertaProcessing, "
+                 "BertProcessing, ByteLevel, Sequence or null");
   }
   return p;
 }
@@ -234,6 +269,8 @@ size_t trailing_space_match(std::u32string_view s, size_t i) {
   if (i + w == s.size() || w == 1) return w;  // (?!\S) holds at end; else \s+ alone
   return w - 1;
 }
+
+}  // namespace
 
 // Leftmost-first alternation of one pattern; returns the match length at i (0: no match).
 size_t tekken_match(std::u32string_view s, size_t i) {
@@ -327,8 +364,9 @@ size_t gpt2_match(std::u32string_view s, size_t i) {
   return trailing_space_match(s, i);
 }
 
-std::vector<std::u32string> split_isolated(std::u32string_view text,
-                                           size_t (*match)(std::u32string_view, size_t)) {
+namespace {
+
+std::vector<std::u32string> split_isolated(std::u32string_view text, PatternMatcher match) {
   std::vector<std::u32string> out;
   size_t gap = 0, i = 0;
   while (i < text.size()) {
@@ -346,24 +384,6 @@ std::vector<std::u32string> split_isolated(std::u32string_view text,
   return out;
 }
 
-std::u32string to_byte_level(std::u32string_view piece) {
-  std::string bytes = u32_to_utf8(piece);
-  std::u32string out;
-  out.reserve(bytes.size());
-  for (unsigned char b : bytes) out.push_back(byte_to_unicode()[b]);
-  return out;
-}
-
-// The Split regex of Mistral's Tekken tokenizer.json, which split_tekken implements.
-constexpr std::string_view kTekkenPattern =
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
-    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-constexpr std::string_view kLlama3Pattern =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
 }  // namespace
 
 std::vector<std::u32string> split_llama3(std::u32string_view text) {
@@ -378,102 +398,40 @@ std::vector<std::u32string> split_gpt2(std::u32string_view text) {
 }
 
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::filesystem::path& file) {
-  const std::string name = file.string();
-  json tj = read_json_file(file);
-  TESSERA_CHECK(tj.is_object() && tj.contains("model"), "[bpe] ", name,
-                " has no \"model\", expected a tokenizer.json");
-  BpeTokenizer tok(bpe_model_from_json(tj["model"], name));
-  tok.added_ = added_tokens_from_json(tj);
-  for (const AddedToken& t : tok.added_)
-    TESSERA_CHECK(!t.normalized, "[bpe] ", name, ": added token '", t.content,
-                  "' is normalized=true, expected raw-text special tokens");
-  TESSERA_CHECK(!tj.contains("normalizer") || tj["normalizer"].is_null(), "[bpe] ", name,
-                ": normalizer ", tj["normalizer"].dump(), " is not supported, expected null");
-  // Accepted pre-tokenizers: Sequence[Split(Tekken, Isolated), ByteLevel(use_regex=false)] or
-  // ByteLevel(use_regex=true).
-  const json& pre = tj.value("pre_tokenizer", json());
-  std::vector<json> steps;
-  if (pre.is_object() && pre.value("type", "") == "Sequence")
-    for (const json& p : pre.at("pretokenizers")) steps.push_back(p);
-  else if (!pre.is_null())
-    steps.push_back(pre);
-  bool byte_level = false;
-  for (const json& p : steps) {
-    std::string type = p.value("type", "");
-    if (type == "Split") {
-      std::string pattern = p.at("pattern").value("Regex", p.at("pattern").value("String", ""));
-      bool tekken = pattern == kTekkenPattern, llama3 = pattern == kLlama3Pattern;
-      TESSERA_CHECK(
-          (tekken || llama3) && p.value("behavior", "") == "Isolated" && !p.value("invert", false),
-          "[bpe] ", name, ": Split pre-tokenizer with pattern '", pattern,
-          "' is not supported, expected Mistral's Tekken or Llama 3's pattern "
-          "(Isolated)");
-      tok.split_ = tekken ? Split::tekken : Split::llama3;
-    } else if (type == "ByteLevel") {
-      TESSERA_CHECK(!p.value("add_prefix_space", false), "[bpe] ", name,
-                    ": ByteLevel add_prefix_space=true is not supported");
-      byte_level = true;
-      tok.byte_level_regex_ = p.value("use_regex", true);
-    } else {
-      TESSERA_FAIL("[bpe] ", name, ": pre-tokenizer '", type,
-                   "' is not supported, expected Split (Tekken) and ByteLevel");
-    }
-  }
-  TESSERA_CHECK(byte_level, "[bpe] ", name,
-                ": no ByteLevel pre-tokenizer, expected byte-level BPE");
-  tok.post_ = post_processor_from_json(tj.value("post_processor", json()), name);
-
+  TokenizerJson pipeline = TokenizerJson::from_file(file);
   std::filesystem::path cfg_path = file.parent_path() / "tokenizer_config.json";
   json cfg = std::filesystem::exists(cfg_path) ? read_json_file(cfg_path) : json::object();
+  // transformers adds the config's special tokens the file lacks.
+  std::vector<AddedToken> specials;
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"})
+    if (std::string t = special_token_field(cfg, key); !t.empty()) specials.push_back({t, -1});
+  pipeline.add_tokens(specials);
+  BpeTokenizer tok;
   if (std::string bos = special_token_field(cfg, "bos_token"); !bos.empty()) tok.bos_token_ = bos;
   std::string pad = special_token_field(cfg, "pad_token");
-  if (!pad.empty()) {
-    tok.pad_id_ = tok.token_id(pad);
-    TESSERA_CHECK(tok.pad_id_ >= 0, "[bpe] ", cfg_path.string(), ": pad_token '", pad,
-                  "' is not in the vocabulary");
-  }
+  if (!pad.empty()) tok.pad_id_ = pipeline.token_id(pad);
   if (cfg.value("padding_side", "right") == "left") tok.padding_side_ = Side::left;
   if (cfg.value("truncation_side", "right") == "left") tok.truncation_side_ = Side::left;
+  tok.pipeline_ = std::make_shared<const TokenizerJson>(std::move(pipeline));
   return tok;
 }
 
 int64_t BpeTokenizer::token_id(const std::string& token) const {
-  for (const AddedToken& t : added_)
-    if (t.content == token) return t.id;
-  return model_.token_id(token);
+  return pipeline_->token_id(token);
 }
 
 std::vector<int64_t> BpeTokenizer::tokenize(std::string_view text, bool add_special_tokens) const {
-  std::vector<int64_t> ids;
-  if (add_special_tokens) ids = post_.prefix;
-  for (const Segment& seg : split_added_tokens(text, added_)) {
-    if (seg.id >= 0) {
-      ids.push_back(seg.id);
-      continue;
-    }
-    std::u32string u = utf8_to_u32(seg.text);
-    std::vector<std::u32string> pieces;
-    if (split_ == Split::tekken)
-      pieces = split_tekken(u);
-    else if (split_ == Split::llama3)
-      pieces = split_llama3(u);
-    else
-      pieces.push_back(u);
-    for (const std::u32string& piece : pieces) {
-      if (byte_level_regex_) {
-        for (const std::u32string& sub : split_gpt2(piece))
-          model_.encode_word(to_byte_level(sub), ids);
-      } else {
-        model_.encode_word(to_byte_level(piece), ids);
-      }
-    }
-  }
-  if (add_special_tokens) ids.insert(ids.end(), post_.suffix.begin(), post_.suffix.end());
+  std::vector<int64_t> ids = pipeline_->tokenize(text);
+  if (!add_special_tokens) return ids;
+  const PostProcessor& post = pipeline_->post_processor();
+  ids.insert(ids.begin(), post.prefix.begin(), post.prefix.end());
+  ids.insert(ids.end(), post.suffix.begin(), post.suffix.end());
   return ids;
 }
 
 Encoding BpeTokenizer::encode(std::string_view text, const EncodeOptions& o) const {
   std::vector<int64_t> ids = tokenize(text, false);
+  const PostProcessor& post_ = pipeline_->post_processor();
   int64_t n_special = o.add_special_tokens ? int64_t(post_.prefix.size() + post_.suffix.size()) : 0;
   int64_t cut = 0;
   if (o.truncation && o.max_length > 0)

@@ -1,10 +1,12 @@
 // Byte-level BPE as Hugging Face tokenizers runs it: the model (vocab + ranked merges), the
-// GPT-2 byte <-> unicode alphabet, and BpeTokenizer built from a tokenizer.json (Mistral's
-// Tekken-style tokenizer), with the FLUX.2 chat prompt that Flux2Pipeline builds.
+// GPT-2 byte <-> unicode alphabet, the hand-written split patterns, and BpeTokenizer: a
+// tokenizer.json run whole (Mistral's Tekken-style tokenizer, through TokenizerJson) with the
+// FLUX.2 chat prompt that Flux2Pipeline builds.
 #pragma once
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
@@ -21,9 +23,11 @@ const std::array<char32_t, 256>& byte_to_unicode();
 class BpeModel {
  public:
   // merges: pairs of token strings in rank order. end_of_word_suffix: CLIP's "</w>".
+  // fuse_unk: consecutive unknown characters become one unk.
   BpeModel(std::unordered_map<std::string, int64_t> vocab,
            const std::vector<std::pair<std::string, std::string>>& merges,
-           std::string end_of_word_suffix, int64_t unk_id, bool ignore_merges);
+           std::string end_of_word_suffix, int64_t unk_id, bool ignore_merges,
+           bool fuse_unk = false);
   // Appends the ids of one pre-token given as byte-level code points.
   void encode_word(std::u32string_view word, std::vector<int64_t>& out) const;
   int64_t token_id(const std::string& token) const;  // -1 when absent
@@ -35,10 +39,15 @@ class BpeModel {
   std::string suffix_;
   int64_t unk_id_;
   bool ignore_merges_;
+  bool fuse_unk_;
 };
 
 // Reads vocab/merges from a parsed tokenizer.json "model" object (type BPE).
 BpeModel bpe_model_from_json(const nlohmann::json& model, const std::string& file);
+// Only the vocabulary and merges ("a b" strings or [a, b] lists) of such a model.
+void bpe_vocab_from_json(const nlohmann::json& model, const std::string& file,
+                         std::unordered_map<std::string, int64_t>& vocab,
+                         std::vector<std::pair<std::string, std::string>>& merges);
 // Token ids to put before and after the sequence, from tokenizer.json's "post_processor".
 struct PostProcessor {
   std::vector<int64_t> prefix, suffix;
@@ -50,6 +59,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // A special token from tokenizer_config.json / special_tokens_map.json: a string or
 // {"content": ...}; empty when absent.
 std::string special_token_field(const nlohmann::json& config, const char* key);
+
+class TokenizerJson;
 
 class BpeTokenizer {
  public:
@@ -74,20 +85,32 @@ class BpeTokenizer {
   int64_t token_id(const std::string& token) const;
 
  private:
-  BpeTokenizer(BpeModel model) : model_(std::move(model)) {}
-  BpeModel model_;
-  std::vector<AddedToken> added_;
-  PostProcessor post_;
-  enum class Split { none, tekken, llama3 };
-  Split split_ = Split::none;      // Split(pattern, Isolated) before ByteLevel
-  bool byte_level_regex_ = false;  // ByteLevel(use_regex=true): GPT-2 pattern
+  BpeTokenizer() = default;
+  std::shared_ptr<const TokenizerJson> pipeline_;
   std::string bos_token_ = "<s>";
   int64_t pad_id_ = -1;  // none unless tokenizer_config.json names a pad_token
   Side padding_side_ = Side::right;
   Side truncation_side_ = Side::right;
 };
 
-// Pre-tokenizers written out by hand (no regex engine over unicode). Each returns the pieces.
+// Pre-tokenizer regexes written out by hand (no regex engine over unicode): each *_match gives
+// the length of the leftmost-first match at s[i] (0: none); split_* return the Isolated pieces.
+using PatternMatcher = size_t (*)(std::u32string_view s, size_t i);
+size_t tekken_match(std::u32string_view s, size_t i);
+size_t llama3_match(std::u32string_view s, size_t i);
+size_t gpt2_match(std::u32string_view s, size_t i);
+// The Split regex of Mistral's Tekken tokenizer.json.
+inline constexpr std::string_view kTekkenPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Llama 3's pattern (what the published Mistral Small 3.x tokenizer.json carries).
+inline constexpr std::string_view kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// GPT-2's pattern (ByteLevel with use_regex=true).
+inline constexpr std::string_view kGpt2Pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 std::vector<std::u32string> split_tekken(std::u32string_view text);
 // Llama 3's pattern, which the published Mistral Small 3.x tokenizer.json carries (transformers
 // keeps it unless fix_mistral_regex=True).

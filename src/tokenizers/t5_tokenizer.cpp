@@ -1,15 +1,15 @@
 #include "tokenizers/t5_tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 
 #include "runtime/error.h"
 #include "tokenizers/bpe_tokenizer.h"
+#include "tokenizers/charsmap.h"
+#include "tokenizers/tokenizer_config.h"
+#include "tokenizers/tokenizer_json.h"
 #include "tokenizers/unicode.h"
 
 namespace tessera::tokenizers {
@@ -18,7 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-// Protobuf wire format, just enough to swap ModelProto.normalizer_spec (field 3).
+// Protobuf wire format, just enough to read a sentencepiece ModelProto.
 bool read_varint(std::string_view s, size_t& p, uint64_t& v) {
   v = 0;
   for (int shift = 0; p < s.size() && shift < 64; shift += 7) {
@@ -29,18 +29,11 @@ bool read_varint(std::string_view s, size_t& p, uint64_t& v) {
   return false;
 }
 
-void write_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(char(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(char(v));
-}
-
 struct WireField {
   uint32_t number;
-  std::string_view raw;      // tag + payload
-  std::string_view payload;  // length-delimited fields only
+  uint32_t wire_type;
+  uint64_t value;            // varint and fixed32/fixed64 fields
+  std::string_view payload;  // length-delimited fields
 };
 
 std::vector<WireField> parse_fields(std::string_view s, const std::string& file) {
@@ -48,208 +41,160 @@ std::vector<WireField> parse_fields(std::string_view s, const std::string& file)
   size_t p = 0;
   while (p < s.size()) {
     size_t start = p;
-    uint64_t tag, len = 0;
+    uint64_t tag, v = 0;
     bool ok = read_varint(s, p, tag);
     std::string_view payload;
     switch (tag & 7) {
       case 0:
-        ok = ok && read_varint(s, p, len);
+        ok = ok && read_varint(s, p, v);
         break;
       case 1:
-        p += 8;
+      case 5: {
+        size_t n = (tag & 7) == 1 ? 8 : 4;
+        ok = ok && p + n <= s.size();
+        if (ok) std::memcpy(&v, s.data() + p, n);  // little-endian, as protobuf
+        p += n;
         break;
-      case 5:
-        p += 4;
-        break;
+      }
       case 2:
-        ok = ok && read_varint(s, p, len) && len <= s.size() - std::min(p, s.size());
-        if (ok) payload = s.substr(p, len);
-        p += len;
+        ok = ok && read_varint(s, p, v) && v <= s.size() - std::min(p, s.size());
+        if (ok) payload = s.substr(p, v);
+        p += v;
         break;
       default:
         ok = false;
     }
     TESSERA_CHECK(ok && p <= s.size(), "[t5_tokenizer] ", file,
                   " is not a valid sentencepiece model (bad protobuf field at byte ", start, ")");
-    out.push_back(WireField{uint32_t(tag >> 3), s.substr(start, p - start), payload});
+    out.push_back(WireField{uint32_t(tag >> 3), uint32_t(tag & 7), v, payload});
   }
   return out;
 }
 
-}  // namespace
-
-// The sentencepiece charsmap (a darts-clone trie + NUL-terminated replacements) applied as
-// transformers' Precompiled normaliser does it.
-class T5Tokenizer::CharsMap {
- public:
-  explicit CharsMap(std::string blob) : blob_(std::move(blob)) {
-    if (blob_.size() < 4) return;
-    uint32_t trie_bytes;
-    std::memcpy(&trie_bytes, blob_.data(), 4);
-    if (trie_bytes % 4 || 4 + size_t(trie_bytes) > blob_.size()) return;
-    units_.resize(trie_bytes / 4);
-    std::memcpy(units_.data(), blob_.data() + 4, trie_bytes);
-    normalized_ = std::string_view(blob_).substr(4 + trie_bytes);
-  }
-
-  // Replacement of the shortest mapped prefix of `chunk` (which then replaces all of it).
-  std::optional<std::string_view> transform(std::string_view chunk) const {
-    if (units_.empty()) return std::nullopt;
-    auto offset = [](uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
-    size_t pos = offset(units_[0]);
-    for (unsigned char c : chunk) {
-      pos ^= c;
-      if (pos >= units_.size()) return std::nullopt;
-      uint32_t u = units_[pos];
-      if ((u & ((1u << 31) | 0xFF)) != c) return std::nullopt;
-      pos ^= offset(u);
-      if (pos >= units_.size()) return std::nullopt;
-      if ((u >> 8) & 1) {
-        size_t start = units_[pos] & ((1u << 31) - 1);
-        if (start >= normalized_.size()) return std::nullopt;
-        size_t end = normalized_.find('\0', start);
-        return normalized_.substr(start, end == std::string_view::npos ? end : end - start);
-      }
-    }
-    return std::nullopt;
-  }
-
-  // Per grapheme cluster: a cluster under 6 bytes is looked up whole, else char by char.
-  std::string normalize(std::u32string_view text) const {
-    std::string out;
-    for (size_t i = 0; i < text.size();) {
-      size_t e = grapheme_end(text, i);
-      std::string g = u32_to_utf8(text.substr(i, e - i));
-      std::optional<std::string_view> whole;
-      if (g.size() < 6) whole = transform(g);
-      if (whole) {
-        out += *whole;
-      } else {
-        for (size_t k = i; k < e; ++k) {
-          std::string c;
-          append_utf8(c, text[k]);
-          std::optional<std::string_view> m = transform(c);
-          out += m ? std::string(*m) : c;
-        }
-      }
-      i = e;
-    }
-    return out;
-  }
-
- private:
-  std::string blob_;
-  std::vector<uint32_t> units_;
-  std::string_view normalized_;
+// What transformers' SentencePieceExtractor takes from spiece.model: the (piece, score) list,
+// control (3) and user-defined (4) pieces as added tokens, and the normaliser's charsmap.
+struct SpmModel {
+  std::vector<std::pair<std::string, double>> vocab;
+  std::vector<AddedToken> added;
+  std::string charsmap;
 };
 
-T5Tokenizer::T5Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
-T5Tokenizer::~T5Tokenizer() = default;
-T5Tokenizer::T5Tokenizer(T5Tokenizer&&) noexcept = default;
-T5Tokenizer& T5Tokenizer::operator=(T5Tokenizer&&) noexcept = default;
-
-int64_t T5Tokenizer::vocab_size() const {
-  return sp_->GetPieceSize();
-}
-
-T5Tokenizer T5Tokenizer::from_folder(const std::filesystem::path& dir) {
-  std::filesystem::path model = dir / "spiece.model";
-  TESSERA_CHECK(std::filesystem::exists(model), "[t5_tokenizer] ", model.string(),
-                " not found, expected a T5 tokenizer folder with spiece.model");
+SpmModel read_spiece(const std::filesystem::path& path) {
+  const std::string file = path.string();
   std::string bytes;
   {
-    std::ifstream f(model, std::ios::binary);
+    std::ifstream f(path, std::ios::binary);
+    TESSERA_CHECK(f.good(), "[t5_tokenizer] cannot open ", file);
     std::stringstream ss;
     ss << f.rdbuf();
     bytes = ss.str();
   }
-  // transformers normalises with the model's charsmap per grapheme cluster, then splits on
-  // whitespace; sentencepiece would normalise differently (longest match), so tessera does the
-  // normalisation and loads the model with an identity normaliser for the unigram pass.
-  std::string charsmap, patched;
-  for (const WireField& f : parse_fields(bytes, model.string())) {
-    if (f.number != 3) {
-      patched.append(f.raw);
-      continue;
+  SpmModel m;
+  for (const WireField& f : parse_fields(bytes, file)) {
+    if (f.number == 1 && f.wire_type == 2) {  // ModelProto.pieces
+      std::string piece;
+      float score = 0;
+      uint64_t type = 1;  // NORMAL
+      for (const WireField& g : parse_fields(f.payload, file)) {
+        if (g.number == 1 && g.wire_type == 2) piece = std::string(g.payload);
+        if (g.number == 2 && g.wire_type == 5) std::memcpy(&score, &g.value, 4);
+        if (g.number == 3 && g.wire_type == 0) type = g.value;
+      }
+      if (type == 3 || type == 4) m.added.push_back(AddedToken{piece, int64_t(m.vocab.size())});
+      m.vocab.emplace_back(std::move(piece), double(score));
+    } else if (f.number == 3 && f.wire_type == 2) {  // ModelProto.normalizer_spec
+      for (const WireField& g : parse_fields(f.payload, file))
+        if (g.number == 2 && g.wire_type == 2) m.charsmap = std::string(g.payload);
     }
-    std::string spec;
-    for (const WireField& g : parse_fields(f.payload, model.string())) {
-      if (g.number == 2)
-        charsmap = std::string(g.payload);
-      else if (g.number != 1 && g.number != 4 && g.number != 6)
-        spec.append(g.raw);  // keep add_dummy_prefix, escape_whitespaces, ...
-    }
-    spec += std::string("\x0a\x08identity", 10);
-    spec += std::string("\x20\x00", 2);  // remove_extra_whitespaces = false
-    patched.push_back(char(0x1A));
-    write_varint(patched, spec.size());
-    patched += spec;
   }
-  T5Tokenizer tok;
-  auto status = tok.sp_->LoadFromSerializedProto(patched);
-  TESSERA_CHECK(status.ok(), "[t5_tokenizer] cannot load ", model.string(), ": ", status.ToString(),
-                ", expected a sentencepiece model");
-  tok.charsmap_ = std::make_unique<CharsMap>(std::move(charsmap));
-  json cfg = json::object();
-  if (std::filesystem::exists(dir / "tokenizer_config.json"))
-    cfg = read_json_file(dir / "tokenizer_config.json");
-  std::string eos = special_token_field(cfg, "eos_token"),
-              pad = special_token_field(cfg, "pad_token");
-  if (eos.empty()) eos = "</s>";
-  if (pad.empty()) pad = "<pad>";
+  TESSERA_CHECK(!m.vocab.empty(), "[t5_tokenizer] ", file,
+                " has no pieces, expected a sentencepiece model");
+  return m;
+}
 
-  std::filesystem::path tj_path = dir / "tokenizer.json";
-  if (std::filesystem::exists(tj_path)) {
-    tok.added_ = added_tokens_from_json(read_json_file(tj_path));
+}  // namespace
+
+T5Tokenizer T5Tokenizer::from_folder(const std::filesystem::path& dir) {
+  const std::filesystem::path tj_path = dir / "tokenizer.json", spm_path = dir / "spiece.model";
+  const json cfg = load_tokenizer_config(dir);
+  const int64_t extra_ids = cfg.value("extra_ids", int64_t(100));
+  std::vector<std::pair<std::string, double>> vocab;
+  std::vector<AddedToken> added;
+  std::string charsmap, source;
+  if (std::filesystem::exists(tj_path)) {  // transformers reads tokenizer.json first
+    source = tj_path.string();
+    json tj = read_json_file(tj_path);
+    TESSERA_CHECK(tj.is_object() && tj.contains("model") && tj["model"].is_object() &&
+                      tj["model"].value("type", "") == "Unigram",
+                  "[t5_tokenizer] ", source, ": model type is '",
+                  tj.is_object() && tj.contains("model") && tj["model"].is_object()
+                      ? tj["model"].value("type", "")
+                      : "",
+                  "', expected a Unigram model");
+    vocab = unigram_vocab_from_json(tj["model"], source);
+    charsmap = precompiled_charsmap_from_json(tj.value("normalizer", json()), source);
+    added = added_tokens_from_json(tj);
   } else {
-    // T5's layout: the sentencepiece pieces (pad, eos, unk first), then <extra_id_99> ..
-    // <extra_id_0> at the top ids.
-    int64_t n = tok.sp_->GetPieceSize();
-    for (int64_t id :
-         {int64_t(tok.sp_->pad_id()), int64_t(tok.sp_->eos_id()), int64_t(tok.sp_->unk_id())})
-      if (id >= 0) tok.added_.push_back(AddedToken{tok.sp_->IdToPiece(int(id)), id});
-    int64_t extra = cfg.value("extra_ids", 100);
-    for (int64_t i = 0; i < extra; ++i)
-      tok.added_.push_back(AddedToken{"<extra_id_" + std::to_string(i) + ">", n + extra - 1 - i});
+    source = spm_path.string();
+    TESSERA_CHECK(std::filesystem::exists(spm_path), "[t5_tokenizer] ", dir.string(),
+                  ": no tokenizer.json and no spiece.model, expected a T5 tokenizer folder "
+                  "(transformers reads tokenizer.json, else spiece.model)");
+    SpmModel m = read_spiece(spm_path);
+    vocab = std::move(m.vocab);
+    added = std::move(m.added);
+    charsmap = std::move(m.charsmap);
+    // T5's converter: <extra_id_{n-1}> .. <extra_id_0> after the pieces.
+    for (int64_t i = extra_ids - 1; i >= 0; --i)
+      vocab.emplace_back("<extra_id_" + std::to_string(i) + ">", 0.0);
   }
-  auto find = [&](const std::string& s) -> int64_t {
-    for (const AddedToken& t : tok.added_)
-      if (t.content == s) return t.id;
-    return tok.sp_->PieceToId(s);
+  if (cfg.contains("added_tokens_decoder")) added = added_tokens_from_config(cfg);
+  auto field = [&](const char* key, const char* fallback) {
+    std::string v = special_token_field(cfg, key);
+    return v.empty() ? std::string(fallback) : v;
   };
-  tok.eos_id_ = find(eos);
-  tok.pad_id_ = find(pad);
+  const std::string eos = field("eos_token", "</s>"), unk = field("unk_token", "<unk>"),
+                    pad = field("pad_token", "<pad>");
+  // The class's pipeline (T5Tokenizer.__init__): unk_id 2, charsmap when there is one.
+  json normalizer;
+  if (!charsmap.empty())
+    normalizer = json{{"type", "Precompiled"}, {"precompiled_charsmap", base64_encode(charsmap)}};
+  const json pre{{"type", "Sequence"},
+                 {"pretokenizers",
+                  {{{"type", "WhitespaceSplit"}},
+                   {{"type", "Metaspace"},
+                    {"replacement", "\u2581"},
+                    {"prepend_scheme", "always"},
+                    {"split", true}}}}};
+  T5Tokenizer tok;
+  tok.vocab_size_ = int64_t(vocab.size());
+  TokenizerJson pipeline =
+      TokenizerJson::from_parts(normalizer, pre, UnigramModel(vocab, vocab.size() > 2 ? 2 : -1),
+                                std::move(added), {}, source);
+  // Then the special tokens, and the extra ids unless the config lists its own.
+  std::vector<json> specials{special_token_value(cfg, "eos_token", "</s>"),
+                             special_token_value(cfg, "unk_token", "<unk>"),
+                             special_token_value(cfg, "pad_token", "<pad>")};
+  const char* list_key =
+      cfg.contains("extra_special_tokens") ? "extra_special_tokens" : "additional_special_tokens";
+  bool has_sentinels = false;
+  if (cfg.contains(list_key) && cfg[list_key].is_array()) {
+    for (const json& t : cfg[list_key]) {
+      specials.push_back(t);
+      has_sentinels |= t.dump().find("<extra_id_") != std::string::npos;
+    }
+  }
+  if (!has_sentinels)
+    for (int64_t i = 0; i < extra_ids; ++i)
+      specials.push_back("<extra_id_" + std::to_string(i) + ">");
+  pipeline.add_tokens(special_tokens_to_add(specials));
+  tok.eos_id_ = pipeline.token_id(eos);
+  tok.pad_id_ = pipeline.token_id(pad);
+  tok.pipeline_ = std::make_shared<const TokenizerJson>(std::move(pipeline));
   return tok;
 }
 
 std::vector<int64_t> T5Tokenizer::tokenize(std::string_view text) const {
-  std::vector<int64_t> ids;
-  std::vector<int> piece_ids;
-  for (const Segment& seg : split_added_tokens(text, added_)) {
-    if (seg.id >= 0) {
-      ids.push_back(seg.id);
-      continue;
-    }
-    // transformers splits on Unicode whitespace before the unigram model (WhitespaceSplit +
-    // Metaspace); sentencepiece alone would keep e.g. U+0085 inside a word.
-    std::u32string u = utf8_to_u32(charsmap_->normalize(utf8_to_u32(seg.text)));
-    std::u32string word;
-    auto flush = [&] {
-      if (word.empty()) return;
-      auto status = sp_->Encode(u32_to_utf8(word), &piece_ids);
-      TESSERA_CHECK(status.ok(), "[t5_tokenizer] sentencepiece failed: ", status.ToString());
-      ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
-      word.clear();
-    };
-    for (char32_t c : u) {
-      if (is_rust_whitespace(c))
-        flush();
-      else
-        word.push_back(c);
-    }
-    flush();
-  }
-  return ids;
+  return pipeline_->tokenize(text);
 }
 
 Encoding T5Tokenizer::encode(std::string_view text, const EncodeOptions& o) const {

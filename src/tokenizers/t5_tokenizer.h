@@ -1,8 +1,8 @@
-// The T5 tokenizer as transformers 5 runs it for FLUX.1 / SD3 (T5TokenizerFast): added tokens
-// (<pad>, </s>, <unk>, <extra_id_N>) split from the raw text; the rest normalised with the
-// model's charsmap per grapheme cluster (transformers' Precompiled), split on whitespace, each
-// word encoded by the sentencepiece unigram model (spiece.model, normaliser switched off);
-// then </s>, truncation and padding to max_sequence_length.
+// The T5 tokenizer as transformers 5 runs it for FLUX.1 / SD3 (T5Tokenizer, a.k.a.
+// T5TokenizerFast): added tokens (<pad>, </s>, <unk>, <extra_id_N>) split from the raw text; the
+// rest normalised with the model's charsmap per grapheme cluster (Precompiled), split on
+// whitespace, "▁" prepended (Metaspace), each piece through tokenizers' Unigram model; then
+// </s>, truncation and padding to max_sequence_length.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -10,20 +10,17 @@
 
 #include "tokenizers/encoding.h"
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace tessera::tokenizers {
+
+class TokenizerJson;
 
 class T5Tokenizer {
  public:
-  // Folder with spiece.model; tokenizer.json (added tokens) and tokenizer_config.json are read
-  // when present, otherwise T5's defaults apply (100 extra ids after the sentencepiece vocab).
+  // A T5 tokenizer folder, read in transformers' order: tokenizer.json (the Unigram vocabulary,
+  // charsmap and added tokens; the class builds the rest of the pipeline itself), else
+  // spiece.model (its pieces and charsmap, then T5's 100 extra ids); tokenizer_config.json when
+  // present (eos/pad/unk, extra ids, added_tokens_decoder).
   static T5Tokenizer from_folder(const std::filesystem::path& dir);
-  ~T5Tokenizer();
-  T5Tokenizer(T5Tokenizer&&) noexcept;
-  T5Tokenizer& operator=(T5Tokenizer&&) noexcept;
 
   // padding="max_length", truncation=True, add_special_tokens=True as the pipelines call it.
   Encoding encode(std::string_view text, int64_t max_length) const;
@@ -32,15 +29,12 @@ class T5Tokenizer {
 
   int64_t eos_id() const { return eos_id_; }
   int64_t pad_id() const { return pad_id_; }
-  int64_t vocab_size() const;
+  int64_t vocab_size() const { return vocab_size_; }  // Unigram pieces, extra ids included
 
  private:
-  T5Tokenizer();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
-  std::vector<AddedToken> added_;
-  class CharsMap;
-  std::unique_ptr<CharsMap> charsmap_;
-  int64_t eos_id_ = 1, pad_id_ = 0;
+  T5Tokenizer() = default;
+  std::shared_ptr<const TokenizerJson> pipeline_;
+  int64_t eos_id_ = 1, pad_id_ = 0, vocab_size_ = 0;
 };
 
 }  // namespace tessera::tokenizers
