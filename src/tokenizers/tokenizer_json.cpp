@@ -402,8 +402,8 @@ TokenizerModel tokenizer_model_from_json(const json& model, const std::string& f
 
 // ---- TokenizerJson ---------------------------------------------------------------------------
 
-TokenizerJson::TokenizerJson(TokenizerModel model, const std::string& file)
-    : model_(std::move(model)), steps_(std::make_unique<Steps>()), file_(file) {}
+TokenizerJson::TokenizerJson(TokenizerModel model)
+    : model_(std::move(model)), steps_(std::make_unique<Steps>()) {}
 TokenizerJson::TokenizerJson(TokenizerJson&&) noexcept = default;
 TokenizerJson& TokenizerJson::operator=(TokenizerJson&&) noexcept = default;
 TokenizerJson::~TokenizerJson() = default;
@@ -425,7 +425,7 @@ TokenizerJson TokenizerJson::from_json(const json& tj, const std::string& file) 
 TokenizerJson TokenizerJson::from_parts(const json& normalizer, const json& pre_tokenizer,
                                         TokenizerModel model, std::vector<AddedToken> added,
                                         PostProcessor post, const std::string& file) {
-  TokenizerJson t(std::move(model), file);
+  TokenizerJson t(std::move(model));
   parse_normalizer(normalizer, file, t.steps_->norm);
   parse_pre_tokenizer(pre_tokenizer, file, t.steps_->pre);
   t.post_ = std::move(post);

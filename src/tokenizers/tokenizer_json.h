@@ -60,7 +60,7 @@ class TokenizerJson {
 
  private:
   struct Steps;
-  TokenizerJson(TokenizerModel model, const std::string& file);
+  explicit TokenizerJson(TokenizerModel model);
   void set_added(std::vector<AddedToken> added);
   void run_model(std::u32string_view piece, std::vector<int64_t>& out) const;
   void tokenize_normalized(std::u32string normalized, std::vector<int64_t>& out) const;
@@ -71,7 +71,6 @@ class TokenizerJson {
   std::vector<AddedToken> raw_added_;   // normalized == false: matched on the raw text
   std::vector<AddedToken> norm_added_;  // normalized == true, content normalised, flag cleared
   PostProcessor post_;
-  std::string file_;
 };
 
 }  // namespace tessera::tokenizers
