@@ -7,7 +7,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/gemm/gemm_amx.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/copy.h"
 #include "ops/linalg.h"

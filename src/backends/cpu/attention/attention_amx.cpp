@@ -11,8 +11,8 @@
 #include <cstring>
 #include <limits>
 
-#include "backends/cpu/attention_kernels.h"
-#include "backends/cpu/attention_row_avx512.h"
+#include "backends/cpu/attention/attention_kernels.h"
+#include "backends/cpu/attention/attention_row_avx512.h"
 #include "runtime/cpu_features.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"

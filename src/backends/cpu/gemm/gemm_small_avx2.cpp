@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "backends/cpu/avx2_util.h"
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/gemm/gemm_small.h"
 
 namespace tessera::cpu {
 namespace {

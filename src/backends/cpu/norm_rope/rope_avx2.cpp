@@ -2,7 +2,7 @@
 // -ffp-contract=off: each product rounds before the sum, as the scalar loop).
 #include <immintrin.h>
 
-#include "backends/cpu/rope_kernels.h"
+#include "backends/cpu/norm_rope/rope_kernels.h"
 
 namespace tessera::cpu {
 

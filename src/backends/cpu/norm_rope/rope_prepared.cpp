@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/rope_kernels.h"
+#include "backends/cpu/norm_rope/rope_kernels.h"
 #include "ops/rope.h"
 #include "runtime/cpu_features.h"
 #include "runtime/dtype.h"

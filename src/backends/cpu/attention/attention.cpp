@@ -18,8 +18,8 @@
 #include <mutex>
 #include <tuple>
 
-#include "backends/cpu/attention_kernels.h"
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/attention/attention_kernels.h"
+#include "backends/cpu/gemm/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/elementwise/elementwise_kernels.h"
 
 namespace tessera {
 namespace {

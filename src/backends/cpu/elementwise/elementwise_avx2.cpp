@@ -245,4 +245,4 @@ void gelu_tanh_f32_avx2(const float* x, float* o, int64_t n) {
 #define EW_RMS_NORM_ROW_X16 rms_norm_row_x16_avx2
 #define EW_LAYER_NORM_ROWS_X16 layer_norm_rows_x16_avx2
 #define EW_RMS_NORM_ROWS_X16 rms_norm_rows_x16_avx2
-#include "backends/cpu/elementwise_loops.h"
+#include "backends/cpu/elementwise/elementwise_loops.h"

@@ -1,5 +1,5 @@
 // AVX-512 row kernels for the tiled SDPA (the online softmax between the two tile GEMMs).
-#include "backends/cpu/attention_row_avx512.h"
+#include "backends/cpu/attention/attention_row_avx512.h"
 
 namespace tessera::cpu {
 using avx512::tail_mask;

@@ -131,4 +131,4 @@ bool rms_norm_row_x16_avx512(const float* x, int64_t n, float eps, const float* 
 #define EW_GELU_TANH_F32 gelu_tanh_f32_avx512
 #define EW_LAYER_NORM_ROW_X16 layer_norm_row_x16_avx512
 #define EW_RMS_NORM_ROW_X16 rms_norm_row_x16_avx512
-#include "backends/cpu/elementwise_loops.h"
+#include "backends/cpu/elementwise/elementwise_loops.h"

@@ -1,5 +1,5 @@
 // The softmax row kernel with AVX512-BF16's native f32 -> bf16 conversion for the probabilities.
-#include "backends/cpu/attention_row_avx512.h"
+#include "backends/cpu/attention/attention_row_avx512.h"
 
 namespace tessera::cpu {
 

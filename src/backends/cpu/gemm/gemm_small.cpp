@@ -1,5 +1,5 @@
 // The small GEMM and transpose for this CPU (gemm_small.h): AVX-512, else AVX2.
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/gemm/gemm_small.h"
 
 #include "runtime/cpu_features.h"
 

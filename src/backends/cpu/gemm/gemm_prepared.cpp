@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cpu/gemm_amx.h"
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/gemm/gemm_amx.h"
+#include "backends/cpu/gemm/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/copy.h"
 #include "ops/linalg.h"

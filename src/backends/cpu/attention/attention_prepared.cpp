@@ -18,8 +18,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cpu/attention_kernels.h"
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/attention/attention_kernels.h"
+#include "backends/cpu/gemm/gemm_small.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/attention.h"
 #include "ops/copy.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/elementwise/elementwise_kernels.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"

@@ -14,8 +14,8 @@
 #include <limits>
 
 #include "backends/cpu/amx_util.h"
-#include "backends/cpu/attention_kernels.h"
-#include "backends/cpu/attention_row_avx512.h"
+#include "backends/cpu/attention/attention_kernels.h"
+#include "backends/cpu/attention/attention_row_avx512.h"
 #include "runtime/cpu_features.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/gemm/gemm_small.h"
 
 namespace tessera::cpu {
 namespace {

@@ -6,7 +6,7 @@
 // streaming tile loads so it does not evict it) and the B chunk (512 KiB) in L2 across the group;
 // partial sums wait in a per-thread fp32 buffer laid out as tiles, the next block's prefetched.
 // Blocking measured on this machine's Xeon (docs/decisions/0002-gemm-library.md).
-#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/gemm/gemm_amx.h"
 
 #include <immintrin.h>
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 
-#include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/attention/attention_kernels.h"
 
 namespace tessera::cpu::avx512 {
 

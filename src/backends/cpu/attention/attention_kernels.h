@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cpu/gemm_small.h"
+#include "backends/cpu/gemm/gemm_small.h"
 #include "runtime/dtype.h"
 #include "runtime/parallel.h"
 

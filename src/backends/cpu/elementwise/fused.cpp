@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/elementwise/elementwise_kernels.h"
 #include "ops/norm.h"
 #include "runtime/fusion.h"
 #include "runtime/parallel.h"

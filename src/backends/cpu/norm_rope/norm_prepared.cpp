@@ -4,7 +4,7 @@
 // go through the table's rms_norm_rows (the row kernels eval_cpu uses, so the same bits).
 #include <cmath>
 
-#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/elementwise/elementwise_kernels.h"
 #include "ops/norm.h"
 #include "runtime/parallel.h"
 

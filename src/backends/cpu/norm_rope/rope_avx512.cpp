@@ -5,7 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include "backends/cpu/rope_kernels.h"
+#include "backends/cpu/norm_rope/rope_kernels.h"
 
 namespace tessera::cpu {
 

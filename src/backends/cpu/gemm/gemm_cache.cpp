@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/gemm/gemm_amx.h"
 #include "backends/cpu/onednn_util.h"
 #include "ops/linalg.h"
 #include "runtime/cpu_features.h"

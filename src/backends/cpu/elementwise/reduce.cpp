@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/elementwise/elementwise_kernels.h"
 #include "ops/copy.h"
 #include "runtime/parallel.h"
 
