@@ -8,14 +8,12 @@
 #include <map>
 #include <sstream>
 
-#include "io/atomic_file.h"
-#include "ops/copy.h"
-#include "runtime/allocator.h"
+#include "runtime/atomic_file.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/fusion.h"
 #include "runtime/graph_plan.h"
 #include "runtime/modes.h"
-#include "runtime/stream.h"
 
 namespace tessera {
 
@@ -74,6 +72,7 @@ class CompiledProgram {
   std::vector<int64_t> value_base;  // flat index of each node's output 0
   std::vector<int> slot_of;         // per flat value: buffer slot, or -1 (fresh: an output)
   std::vector<size_t> slot_bytes;
+  Device device;  // where the slots live: the device of the program's ops
   bool eager_fallback = false;  // fullgraph=false and the trace broke: run the function eagerly
 
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
@@ -93,7 +92,9 @@ class CompiledProgram {
     std::vector<int64_t> out_values;
     std::vector<TensorSpec> fresh_specs;  // per output: shape/dtype when allocated per run
     std::vector<char> fresh;
-    std::unique_ptr<PreparedKernel> kernel;  // the primitive's prepare_cpu, or null: eval_cpu
+    Backend* backend = nullptr;
+    Device device;
+    std::unique_ptr<PreparedKernel> kernel;  // the backend's prepared kernel, or null: run()
   };
   void prepare();
   std::vector<Prepared> prepared_;
@@ -124,8 +125,8 @@ Tensor slot_tensor(const std::shared_ptr<Storage>& storage, const TensorSpec& sp
   return Tensor(std::move(impl));
 }
 
-size_t spec_bytes(const TensorSpec& s) {
-  return CpuAllocator::size_class(size_t(shape_numel(s.shape)) * dtype_size(s.dtype));
+size_t spec_bytes(const TensorSpec& s, const Device& d) {
+  return backend_for(d).allocator(d).block_size(size_t(shape_numel(s.shape)) * dtype_size(s.dtype));
 }
 
 // Values each step allocates, in order.
@@ -146,7 +147,7 @@ void plan_memory(CompiledProgram& p, const std::vector<std::vector<char>>& live)
   for (const Step& st : p.plan->steps) {
     for (const auto& [i, o] : step_allocations(st, p.nodes)) {
       if (live[i][o]) continue;
-      const size_t bytes = spec_bytes(p.nodes[i].specs[o]);
+      const size_t bytes = spec_bytes(p.nodes[i].specs[o], p.nodes[i].device);
       auto it = free_slots.find(bytes);
       int slot;
       if (it != free_slots.end()) {
@@ -177,7 +178,7 @@ bool memory_plan_valid(const CompiledProgram& p, const std::vector<std::vector<c
         continue;
       }
       if (slot < 0 || size_t(slot) >= busy.size() || busy[slot]) return false;
-      if (p.slot_bytes[slot] < spec_bytes(p.nodes[i].specs[o])) return false;
+      if (p.slot_bytes[slot] < spec_bytes(p.nodes[i].specs[o], p.nodes[i].device)) return false;
       busy[slot] = 1;
     }
     for (const auto& [i, o] : st.release) {
@@ -367,6 +368,7 @@ std::shared_ptr<CompiledProgram> trace_and_plan(const std::string& where,
     return prog;
   }
   prog->nodes = std::move(trace.nodes);
+  if (!prog->nodes.empty()) prog->device = prog->nodes.front().device;
   const auto& nodes = prog->nodes;
   prog->value_base.assign(nodes.size() + 1, 0);
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -437,15 +439,17 @@ std::shared_ptr<CompiledProgram> trace_and_plan(const std::string& where,
 }  // namespace
 
 void CompiledProgram::prepare() {
-  for (size_t b : slot_bytes) slots_.push_back(Storage::allocate(b, Device::cpu()));
+  for (size_t b : slot_bytes) slots_.push_back(Storage::allocate(b, device));
   for (const Step& st : plan->steps) {
     Prepared p;
     std::vector<std::pair<int64_t, int>> ins;
     if (st.node >= 0) {
       p.prim = nodes[st.node].prim;
+      p.device = nodes[st.node].device;
       for (size_t j = 0; j < nodes[st.node].inputs.size(); ++j) ins.push_back({st.node, int(j)});
     } else if (st.fused) {
       p.prim = st.fused;
+      p.device = nodes[st.outputs.front().first].device;
       ins = st.ext_inputs;
     }
     for (const auto& [i, j] : ins) {
@@ -479,8 +483,9 @@ void CompiledProgram::prepare() {
     if (p.prim) {
       std::vector<Tensor> outs = p.outs;
       for (size_t q = 0; q < outs.size(); ++q)
-        if (p.fresh[q]) outs[q] = slot_tensor(nullptr, p.fresh_specs[q], Device::cpu());
-      p.kernel = p.prim->prepare_cpu(p.ins, outs);
+        if (p.fresh[q]) outs[q] = slot_tensor(nullptr, p.fresh_specs[q], p.device);
+      p.backend = &backend_for(p.device);
+      p.kernel = p.backend->prepare(*p.prim, p.ins, outs);
     }
     prepared_.push_back(std::move(p));
   }
@@ -494,13 +499,18 @@ std::vector<Tensor> CompiledProgram::run(const std::vector<Tensor>& inputs) {
       bound_.emplace_back();
       continue;
     }
-    Tensor c = contiguous(t);
-    c.storage();  // materialises a deferred input
-    bound_.push_back(std::move(c));
+    t.storage();  // materialises a deferred input
+    bound_.push_back(t);
   }
   if (prepared_.size() != plan->steps.size()) prepare();
   values_.assign(size_t(value_base.back()), nullptr);
-  cpu_stream().synchronize();  // inputs written by queued eager ops
+  wait_all_streams();  // inputs written by queued eager ops
+  for (auto& t : bound_) {
+    if (!t.defined() || t.is_contiguous()) continue;
+    Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());  // placeholders are contiguous
+    backend_for(t.device()).copy(t, c);
+    t = std::move(c);
+  }
   ExecutionScope scope;
   for (size_t s = 0; s < plan->steps.size(); ++s) {
     Prepared& p = prepared_[s];
@@ -517,11 +527,11 @@ std::vector<Tensor> CompiledProgram::run(const std::vector<Tensor>& inputs) {
       }
       for (size_t q = 0; q < p.outs.size(); ++q)
         if (p.fresh[q])
-          p.outs[q] = Tensor::empty(p.fresh_specs[q].shape, p.fresh_specs[q].dtype, Device::cpu());
+          p.outs[q] = Tensor::empty(p.fresh_specs[q].shape, p.fresh_specs[q].dtype, p.device);
       if (p.kernel)
         p.kernel->run(p.ins, p.outs);
       else
-        p.prim->eval_cpu(p.ins, p.outs);
+        p.backend->run(*p.prim, p.ins, p.outs);
       for (size_t q = 0; q < p.outs.size(); ++q) {
         values_[p.out_values[q]] = p.outs[q].impl()->storage;
         if (p.fresh[q]) p.outs[q] = Tensor();
@@ -611,8 +621,13 @@ void validate_compile_options(const CompileOptions& o) {
   TESSERA_CHECK(!o.dynamic,
                 "[compile] dynamic=true is not supported: static shapes only (as on TPU); each new "
                 "input shape compiles once");
-  TESSERA_CHECK(o.backend == "cpu", "[compile] backend '", o.backend,
-                "' is not built; this build compiles for backend \"cpu\"");
+  std::string built;
+  for (Backend* b : backends()) {
+    if (o.backend == b->name()) return;
+    built += std::string(built.empty() ? "" : ", ") + "\"" + b->name() + "\"";
+  }
+  TESSERA_FAIL("[compile] backend '", o.backend, "' is not built; this build compiles for backend ",
+               built);
 }
 
 CompiledFunction::CompiledFunction(std::string name, CompileOptions options, bool regional)
@@ -626,8 +641,9 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
                                                  int64_t variant) {
   if (tracing()) return fn(inputs);  // part of an enclosing program
   for (const auto& t : inputs)
-    TESSERA_CHECK(!t.defined() || t.device().type == DeviceType::cpu, "[compile] ", name_,
-                  ": input on ", t.device().str(), "; backend \"cpu\" needs cpu tensors");
+    TESSERA_CHECK(!t.defined() || backend_for(t.device()).name() == options_.backend,
+                  "[compile] ", name_, ": input on ", t.device().str(), "; backend \"",
+                  options_.backend, "\" needs ", options_.backend, " tensors");
   materialize_pending_graph();  // deferred work recorded before the call
   const std::vector<int64_t> key = signature(inputs, variant);
   std::shared_ptr<CompiledProgram> prog;

@@ -7,11 +7,11 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/fusion.h"
 #include "runtime/graph_plan.h"
 #include "runtime/modes.h"
-#include "runtime/stream.h"
 
 namespace tessera {
 namespace graph_detail {
@@ -106,8 +106,8 @@ struct Segment {
     std::vector<int64_t> out_values;
     std::vector<size_t> out_bytes;
     std::vector<int64_t> release;  // flat values dropped after the step
-    Device device;
-    // The template op's kernel prepared for these views (Primitive::prepare_cpu), or null. An
+    Backend* backend = nullptr;
+    // The template op's kernel prepared for these views (Backend::prepare), or null. An
     // op replayed here has the template's name and attributes, so it computes the same function.
     std::unique_ptr<PreparedKernel> kernel;
   };
@@ -179,7 +179,7 @@ Grouping group_nodes(const std::vector<Node>& nodes, bool fuse) {
   std::vector<char> rowwise(size_t(nn), 0), fusible(size_t(nn), 0);
   for (int64_t i = 0; i < nn; ++i) {
     bool rw = false;
-    fusible[i] = fuse && nodes[i].device.type == DeviceType::cpu &&
+    fusible[i] = fuse && fusion_supported(nodes[i].device) &&
                  is_fusible(*nodes[i].prim, nodes[i].inputs, nodes[i].specs, &rw);
     rowwise[i] = rw;
   }
@@ -402,17 +402,18 @@ void prepare_steps(Segment& seg) {
     Segment::Prepared p;
     if (st.node >= 0) {
       p.node = st.node;
-      p.device = nodes[st.node].device;
+      p.backend = &backend_for(nodes[st.node].device);
       for (size_t j = 0; j < nodes[st.node].inputs.size(); ++j) add_input(p, st.node, int(j));
       for (size_t o = 0; o < nodes[st.node].specs.size(); ++o) add_output(p, st.node, int(o));
-      if (p.device.type == DeviceType::cpu)
-        p.kernel = nodes[st.node].prim->prepare_cpu(p.ins, p.outs);
+      p.kernel = p.backend->prepare(*nodes[st.node].prim, p.ins, p.outs);
     } else if (st.fused) {
       p.fused = st.fused;
       for (const auto& [i, j] : st.ext_inputs) add_input(p, i, j);
       for (const auto& [i, o] : st.outputs) add_output(p, i, o);
-      if (!st.outputs.empty() && nodes[st.outputs.front().first].device.type == DeviceType::cpu)
-        p.kernel = p.fused->prepare_cpu(p.ins, p.outs);
+      if (!st.outputs.empty()) {
+        p.backend = &backend_for(nodes[st.outputs.front().first].device);
+        p.kernel = p.backend->prepare(*p.fused, p.ins, p.outs);
+      }
     }
     for (const auto& [i, o] : st.release) p.release.push_back(seg.value_base[i] + o);
     seg.steps.push_back(std::move(p));
@@ -495,28 +496,11 @@ void run_segment(Segment& seg, Bound& b) {
           p.ins[k].impl()->storage = a.value >= 0 ? b.outs[a.value]->storage : b.ext[a.ext];
         }
         for (size_t q = 0; q < p.outs.size(); ++q)
-          p.outs[q].impl()->storage = Storage::allocate(p.out_bytes[q], p.device);
-        if (p.fused) {
-          if (p.kernel)
-            p.kernel->run(p.ins, p.outs);
-          else
-            p.fused->eval_cpu(p.ins, p.outs);
-        } else {
-          Primitive& prim = *b.prims[p.node];
-          switch (p.device.type) {
-            case DeviceType::cpu:
-              if (p.kernel)
-                p.kernel->run(p.ins, p.outs);
-              else
-                prim.eval_cpu(p.ins, p.outs);
-              break;
-            case DeviceType::cuda:
-              prim.eval_cuda(p.ins, p.outs);
-              break;
-            default:
-              TESSERA_FAIL("[", prim.name(), "] no backend for device ", p.device.str());
-          }
-        }
+          p.outs[q].impl()->storage = Storage::allocate(p.out_bytes[q], p.outs[q].device());
+        if (p.kernel)
+          p.kernel->run(p.ins, p.outs);
+        else
+          p.backend->run(p.fused ? *p.fused : *b.prims[p.node], p.ins, p.outs);
         for (size_t q = 0; q < p.outs.size(); ++q)
           b.outs[p.out_values[q]]->storage = std::move(p.outs[q].impl()->storage);
         for (auto& t : p.ins) t.impl()->storage.reset();
@@ -565,7 +549,7 @@ void note_ran(State& s, const std::shared_ptr<Segment>& seg, bool hit, bool repl
 
 void execute(State& s, const std::shared_ptr<Segment>& seg, Bound& b, bool hit, bool replayed) {
   note_ran(s, seg, hit, replayed);
-  cpu_stream().synchronize();  // inputs written by queued eager ops
+  wait_all_streams();  // inputs written by queued eager ops
   ++t_executing;
   try {
     run_segment(*seg, b);

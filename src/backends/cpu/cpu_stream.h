@@ -1,4 +1,4 @@
-// A device stream: the ordered queue strict eager mode puts ops on. Asynchronous streams run ops
+// The CPU backend's stream: the ordered queue strict eager mode puts ops on. Asynchronous streams run ops
 // on one host worker thread that feeds the OpenMP pool (decision 0006); blocking streams run
 // each op at submit. Errors of queued ops surface at the next wait, naming the op.
 #pragma once
@@ -57,10 +57,7 @@ class Stream {
 // The CPU device's stream. Asynchronous when async dispatch is on (modes.h) and
 // TESSERA_LAUNCH_BLOCKING is not set.
 Stream& cpu_stream();
-
-}  // namespace tessera
-
-namespace tessera {
 // Host access to s: waits for the queued op that last uses it (no-op on the worker thread).
 void wait_for_storage(const Storage& s);
+
 }  // namespace tessera

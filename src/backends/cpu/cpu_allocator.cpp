@@ -1,4 +1,4 @@
-#include "runtime/allocator.h"
+#include "backends/cpu/cpu_allocator.h"
 
 #include <cstdlib>
 #include <new>

@@ -1,4 +1,4 @@
-#include "runtime/stream.h"
+#include "backends/cpu/cpu_stream.h"
 
 #include <omp.h>
 
