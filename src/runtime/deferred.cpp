@@ -1,3 +1,6 @@
+// Deferred-and-fused mode's recorder (runtime/graph.h): ops recorded at dispatch() into the
+// current segment, cut at sync points, the node limit or a repeated suffix; segments planned
+// once per structural fingerprint, and guarded replay of the segment predicted to come next.
 #include "runtime/graph.h"
 
 #include <algorithm>
@@ -10,7 +13,9 @@
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/fusion.h"
+#include "runtime/executor.h"
 #include "runtime/graph_plan.h"
+#include "runtime/repeat_window.h"
 #include "runtime/modes.h"
 
 namespace tessera {
@@ -22,63 +27,9 @@ int64_t env_int(const char* name, int64_t dflt) {
   return v && *v ? std::atoll(v) : dflt;
 }
 
-// The repeated-suffix heuristic, incrementally: run_[j] counts how many of the latest ops equal
-// the op L = kMaxPeriod - j before them, so "the last L ops repeat the L before" is run >= L.
-// Both arrays are walked forwards (period descending), so the per-op update vectorises; the
-// window keeps 32 bits of each op hash (a collision only moves a cut, never changes results).
-class RepeatWindow {
- public:
-  static constexpr int32_t kMinPeriod = 3, kMaxPeriod = 128;
-  void clear() {
-    len_ = 0;
-    any_ = false;
-    std::fill(std::begin(run_), std::end(run_), 0);
-  }
-  void push(uint64_t h64) {
-    const uint32_t h = uint32_t(h64 ^ (h64 >> 32));
-    if (len_ == kCap) {  // keep the last kMaxPeriod hashes, the most any period looks back
-      std::memmove(hist_, hist_ + kCap - kMaxPeriod, kMaxPeriod * sizeof(uint32_t));
-      len_ = kMaxPeriod;
-    }
-    // Periods L <= len_ only: j from kMaxPeriod - min(len_, kMaxPeriod) to kMaxPeriod - 3.
-    const int32_t j0 = kMaxPeriod - std::min<int32_t>(len_, kMaxPeriod);
-    const int32_t back = len_ - kMaxPeriod;  // hist_[back + j] is the op L before
-    int32_t best = 0;                        // max of run + j: >= kMaxPeriod when a period fits
-    for (int32_t j = j0; j <= kMaxPeriod - kMinPeriod; ++j) {
-      run_[j] = hist_[back + j] == h ? run_[j] + 1 : 0;
-      best = std::max(best, run_[j] + j);
-    }
-    any_ = best >= kMaxPeriod;
-    hist_[len_++] = h;
-  }
-  // Cut where the last L ops repeat the L before (3 <= L <= 128, L <= seg_len); the period
-  // found last time is tried first, then the smallest.
-  bool repeated_suffix(int64_t seg_len) {
-    if (!any_) return false;
-    if (last_period_ && last_period_ <= seg_len && run(last_period_) >= last_period_) return true;
-    const int32_t top = int32_t(std::min<int64_t>(kMaxPeriod, seg_len));
-    for (int32_t L = kMinPeriod; L <= top; ++L)
-      if (run(L) >= L && L != last_period_) {
-        last_period_ = L;
-        return true;
-      }
-    return false;
-  }
-  void reset_period() { last_period_ = 0; }
-
- private:
-  int32_t run(int32_t L) const { return run_[kMaxPeriod - L]; }
-  static constexpr int32_t kCap = 4 * kMaxPeriod;
-  uint32_t hist_[kCap] = {};
-  int32_t len_ = 0;
-  int32_t run_[kMaxPeriod + 1] = {};
-  int32_t last_period_ = 0;
-  bool any_ = false;
-};
-
 // A planned segment, cached by fingerprint. It is also the template that guarded replay checks
-// arriving ops against, and it holds each step's argument lists, prepared once, so a run only
-// binds storages (no TensorImpl per input, no Tensor per output).
+// arriving ops against, and it holds its executable (argument lists and prepared kernels built
+// once, so a run only binds storages: no TensorImpl per input, no Tensor per output).
 struct Segment {
   uint64_t fingerprint = 0;
   bool fuse = true;
@@ -93,25 +44,7 @@ struct Segment {
   int64_t n_ext = 0;                 // inputs read from outside the segment
   SegmentReport report;
   std::weak_ptr<Segment> next;  // the segment that ran after this one last time
-
-  struct Arg {
-    int64_t value = -1;  // flat value, or
-    int64_t ext = -1;    // external input index
-  };
-  struct Prepared {
-    int64_t node = -1;  // single op: its primitive comes from the recorded op
-    PrimitivePtr fused;
-    std::vector<Tensor> ins, outs;
-    std::vector<Arg> args;
-    std::vector<int64_t> out_values;
-    std::vector<size_t> out_bytes;
-    std::vector<int64_t> release;  // flat values dropped after the step
-    Backend* backend = nullptr;
-    // The template op's kernel prepared for these views (Backend::prepare), or null. An
-    // op replayed here has the template's name and attributes, so it computes the same function.
-    std::unique_ptr<PreparedKernel> kernel;
-  };
-  std::vector<Prepared> steps;
+  Executable exec;
 };
 
 // One segment's runtime arguments, in the template's order.
@@ -148,8 +81,6 @@ State& state() {
   return *s;
 }
 
-thread_local int t_executing = 0;
-
 uint64_t attributes_hash(const Primitive& p) {
   Hasher h;
   p.hash_attributes(h);
@@ -167,257 +98,12 @@ uint64_t op_hash(const Primitive& p, uint64_t attrs, const std::vector<Tensor>& 
   return h.value();
 }
 
-bool is_direct(const Tensor& t, const TensorSpec& spec) {
-  return t.offset() == 0 && t.shape() == spec.shape && t.is_contiguous();
-}
-
-}  // namespace
-
-Grouping group_nodes(const std::vector<Node>& nodes, bool fuse) {
-  const int64_t nn = int64_t(nodes.size());
-  std::vector<int64_t> group_of(size_t(nn), -1);
-  std::vector<char> rowwise(size_t(nn), 0), fusible(size_t(nn), 0);
-  for (int64_t i = 0; i < nn; ++i) {
-    bool rw = false;
-    fusible[i] = fuse && fusion_supported(nodes[i].device) &&
-                 is_fusible(*nodes[i].prim, nodes[i].inputs, nodes[i].specs, &rw);
-    rowwise[i] = rw;
-  }
-  // Groups: several open at once, one per chain (FLUX's image and text streams interleave
-  // chains of different shapes). A node joins an open group of its shape when it reads that
-  // group's values only directly (or none); every other open group it reads from is closed
-  // (emitted) first. Open groups never read each other (reading one closes it), and a node
-  // emitted on its own reads no open group, so emitting a group where it closes keeps the order
-  // a valid schedule.
-  struct Open {
-    std::vector<int64_t> members;
-    Shape shape;
-    int64_t id;
-  };
-  constexpr size_t kMaxOpen = 4;  // bounds planning work; the oldest closes first
-  Grouping order;                 // emitted units: one node or one group
-  std::vector<Open> open;
-  int64_t next_id = 0;
-  std::vector<char> dep, direct;
-  auto close_at = [&](size_t g) {
-    // Row-wise ops alone (q and k norms side by side) gain nothing from one kernel and would
-    // lose their prepared kernels: they stay steps of their own.
-    bool all_rowwise = true;
-    for (int64_t m : open[g].members) all_rowwise = all_rowwise && rowwise[m];
-    if (all_rowwise && open[g].members.size() > 1) {
-      for (int64_t m : open[g].members) order.push_back({m});
-    } else {
-      order.push_back(std::move(open[g].members));
-    }
-    open.erase(open.begin() + int64_t(g));
-  };
-  for (int64_t i = 0; i < nn; ++i) {
-    const Node& n = nodes[i];
-    dep.assign(open.size(), 0);
-    direct.assign(open.size(), 1);
-    for (size_t j = 0; j < n.inputs.size(); ++j) {
-      const int64_t s = n.src_node[j];
-      if (s < 0 || group_of[s] < 0) continue;
-      for (size_t g = 0; g < open.size(); ++g) {
-        if (open[g].id != group_of[s]) continue;
-        dep[g] = 1;
-        if (!is_direct(n.inputs[j], nodes[s].specs[n.src_out[j]])) direct[g] = 0;
-      }
-    }
-    int64_t join = -1;
-    if (fusible[i]) {
-      for (int64_t g = int64_t(open.size()) - 1; g >= 0 && join < 0; --g)
-        if (n.specs[0].shape == open[g].shape && (!dep[g] || (direct[g] && !rowwise[i]))) join = g;
-    }
-    for (int64_t g = int64_t(open.size()) - 1; g >= 0; --g) {
-      if (!dep[g] || g == join) continue;
-      close_at(size_t(g));
-      if (g < join) --join;
-    }
-    if (join >= 0) {
-      open[join].members.push_back(i);
-      group_of[i] = open[join].id;
-      continue;
-    }
-    if (fusible[i]) {
-      if (open.size() >= kMaxOpen) close_at(0);
-      open.push_back({{i}, n.specs[0].shape, next_id});
-      group_of[i] = next_id++;
-      continue;
-    }
-    order.push_back({i});
-  }
-  while (!open.empty()) close_at(0);
-  return order;
-}
-
-std::shared_ptr<Plan> plan_from_grouping(const std::vector<Node>& nodes,
-                                         const std::vector<std::vector<char>>& live,
-                                         Grouping order) {
-  const int64_t nn = int64_t(nodes.size());
-  auto plan = std::make_shared<Plan>();
-  // Consumers, for outputs needed outside a group and for release points.
-  std::vector<std::vector<int64_t>> last_use(static_cast<size_t>(nn));
-  for (int64_t i = 0; i < nn; ++i) last_use[i].assign(nodes[i].specs.size(), -1);
-  std::vector<int64_t> unit_of(size_t(nn), -1);
-  for (size_t u = 0; u < order.size(); ++u)
-    for (int64_t i : order[u]) unit_of[i] = int64_t(u);
-  std::vector<std::vector<char>> needed(static_cast<size_t>(nn));
-  for (int64_t i = 0; i < nn; ++i) needed[i] = live[i];
-  for (int64_t i = 0; i < nn; ++i) {
-    const Node& n = nodes[i];
-    for (size_t j = 0; j < n.inputs.size(); ++j) {
-      const int64_t s = n.src_node[j];
-      if (s < 0) continue;
-      auto& lu = last_use[s][n.src_out[j]];
-      lu = std::max(lu, unit_of[i]);
-      if (unit_of[s] != unit_of[i] || order[unit_of[i]].size() == 1 ||
-          !is_direct(n.inputs[j], nodes[s].specs[n.src_out[j]]))
-        needed[s][n.src_out[j]] = 1;
-    }
-  }
-  std::vector<std::vector<std::pair<int64_t, int>>> release(order.size());
-  for (int64_t i = 0; i < nn; ++i)
-    for (size_t o = 0; o < nodes[i].specs.size(); ++o)
-      if (!live[i][o]) release[std::max(last_use[i][o], unit_of[i])].push_back({i, int(o)});
-
-  for (size_t u = 0; u < order.size(); ++u) {
-    Step st;
-    st.release = std::move(release[u]);
-    const auto& members = order[u];
-    if (members.size() == 1) {
-      st.node = members[0];
-      plan->allocations += int64_t(nodes[st.node].specs.size());
-      plan->steps.push_back(std::move(st));
-      continue;
-    }
-    std::vector<FusedInstr> prog;
-    std::vector<int> out_values;
-    std::string label = "fused(";
-    std::unordered_map<int64_t, int> value_of;
-    for (size_t m = 0; m < members.size(); ++m) {
-      const int64_t i = members[m];
-      const Node& n = nodes[i];
-      std::vector<FusedOperand> ops;
-      for (size_t j = 0; j < n.inputs.size(); ++j) {
-        const int64_t s = n.src_node[j];
-        if (s >= 0 && unit_of[s] == int64_t(u)) {
-          ops.push_back({false, value_of.at(s)});
-        } else {
-          ops.push_back({true, int(st.ext_inputs.size())});
-          st.ext_inputs.push_back({i, int(j)});
-        }
-      }
-      append_fused_instr(prog, n.prim, n.inputs, ops, n.specs[0].dtype);
-      value_of[i] = int(m);
-      label += (m ? "," : "") + std::string(n.prim->name());
-      if (needed[i][0]) {
-        out_values.push_back(int(m));
-        st.outputs.push_back({i, 0});
-      }
-    }
-    label += ")";
-    if (st.outputs.empty()) {  // nothing reads any value of the group: dead, skip it
-      if (!st.release.empty()) plan->steps.push_back(std::move(st));
-      continue;
-    }
-    st.fused = std::make_shared<FusedKernel>(std::move(prog), std::move(out_values), label);
-    st.fused_ops = int64_t(members.size());
-    plan->fused_kernels++;
-    plan->fused_ops += st.fused_ops;
-    plan->allocations += int64_t(st.outputs.size());
-    plan->steps.push_back(std::move(st));
-  }
-  plan->grouping = std::move(order);
-  return plan;
-}
-
-uint64_t structural_hash(const std::vector<Node>& nodes,
-                         const std::vector<std::vector<char>>& live) {
-  Hasher h;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& n = nodes[i];
-    h.add_string(n.prim->name());
-    n.prim->hash_attributes(h);
-    h.add(uint64_t(n.device.type));
-    for (size_t j = 0; j < n.inputs.size(); ++j) {
-      const Tensor& t = n.inputs[j];
-      h.add(uint64_t(n.src_node[j] + 1));
-      h.add(uint64_t(n.src_out[j]));
-      if (!n.placeholder.empty()) h.add(uint64_t(n.placeholder[j] + 1));
-      h.add(uint64_t(t.dtype()));
-      h.add(uint64_t(t.offset()));
-      for (auto d : t.shape()) h.add(uint64_t(d));
-      for (auto d : t.strides()) h.add(uint64_t(d));
-    }
-    for (size_t o = 0; o < n.outs.size(); ++o) {
-      h.add(uint64_t(live[i][o]));
-      h.add(uint64_t(n.specs[o].dtype));
-      for (auto d : n.specs[o].shape) h.add(uint64_t(d));
-    }
-  }
-  return h.value();
-}
-
-namespace {
-
 // Template metadata of a recorded input: its view, without storage or pending link.
 Tensor meta_of(const Tensor& t) {
   auto m = std::make_shared<TensorImpl>(*t.impl());
   m->storage = nullptr;
   m->pending = nullptr;
   return Tensor(std::move(m));
-}
-
-void prepare_steps(Segment& seg) {
-  const auto& nodes = seg.nodes;
-  std::vector<std::vector<int64_t>> ext_of(nodes.size());
-  int64_t next_ext = 0;
-  for (size_t i = 0; i < nodes.size(); ++i)
-    for (size_t j = 0; j < nodes[i].inputs.size(); ++j)
-      ext_of[i].push_back(nodes[i].src_node[j] < 0 ? next_ext++ : -1);
-  seg.n_ext = next_ext;
-  auto add_input = [&](Segment::Prepared& p, int64_t i, int j) {
-    const Node& n = nodes[i];
-    Segment::Arg a;
-    if (n.src_node[j] >= 0)
-      a.value = seg.value_base[n.src_node[j]] + n.src_out[j];
-    else
-      a.ext = ext_of[i][j];
-    p.ins.push_back(meta_of(n.inputs[j]));
-    p.args.push_back(a);
-  };
-  auto add_output = [&](Segment::Prepared& p, int64_t i, int o) {
-    const TensorSpec& spec = nodes[i].specs[o];
-    auto impl = std::make_shared<TensorImpl>();
-    impl->shape = spec.shape;
-    impl->strides = contiguous_strides(spec.shape);
-    impl->dtype = spec.dtype;
-    impl->device = nodes[i].device;
-    p.outs.emplace_back(std::move(impl));
-    p.out_values.push_back(seg.value_base[i] + o);
-    p.out_bytes.push_back(size_t(shape_numel(spec.shape)) * dtype_size(spec.dtype));
-  };
-  for (const Step& st : seg.plan->steps) {
-    Segment::Prepared p;
-    if (st.node >= 0) {
-      p.node = st.node;
-      p.backend = &backend_for(nodes[st.node].device);
-      for (size_t j = 0; j < nodes[st.node].inputs.size(); ++j) add_input(p, st.node, int(j));
-      for (size_t o = 0; o < nodes[st.node].specs.size(); ++o) add_output(p, st.node, int(o));
-      p.kernel = p.backend->prepare(*nodes[st.node].prim, p.ins, p.outs);
-    } else if (st.fused) {
-      p.fused = st.fused;
-      for (const auto& [i, j] : st.ext_inputs) add_input(p, i, j);
-      for (const auto& [i, o] : st.outputs) add_output(p, i, o);
-      if (!st.outputs.empty()) {
-        p.backend = &backend_for(nodes[st.outputs.front().first].device);
-        p.kernel = p.backend->prepare(*p.fused, p.ins, p.outs);
-      }
-    }
-    for (const auto& [i, o] : st.release) p.release.push_back(seg.value_base[i] + o);
-    seg.steps.push_back(std::move(p));
-  }
 }
 
 std::shared_ptr<Segment> make_segment(std::vector<Node>& nodes, std::vector<uint64_t> op_hashes,
@@ -469,7 +155,8 @@ std::shared_ptr<Segment> make_segment(std::vector<Node>& nodes, std::vector<uint
     seg->nodes.push_back(std::move(t));
   }
   seg->value_base.push_back(v);
-  prepare_steps(*seg);
+  seg->exec.build(seg->nodes, *seg->plan, seg->value_base);
+  seg->n_ext = seg->exec.num_ext();
   SegmentReport& rep = seg->report;
   rep.nodes = int64_t(nodes.size());
   for (const Step& st : seg->plan->steps) rep.kernels += (st.node >= 0 || st.fused) ? 1 : 0;
@@ -477,40 +164,6 @@ std::shared_ptr<Segment> make_segment(std::vector<Node>& nodes, std::vector<uint
   rep.fused_ops = seg->plan->fused_ops;
   rep.allocations = seg->plan->allocations;
   return seg;
-}
-
-// Runs a prepared segment on recorded arguments: binds storages into the prepared argument
-// lists, allocates each step's outputs and hands them to the pending outputs.
-void run_segment(Segment& seg, Bound& b) {
-  auto unbind = [&] {
-    for (auto& p : seg.steps) {
-      for (auto& t : p.ins) t.impl()->storage.reset();
-      for (auto& t : p.outs) t.impl()->storage.reset();
-    }
-  };
-  try {
-    for (auto& p : seg.steps) {
-      if (p.node >= 0 || p.fused) {
-        for (size_t k = 0; k < p.args.size(); ++k) {
-          const Segment::Arg& a = p.args[k];
-          p.ins[k].impl()->storage = a.value >= 0 ? b.outs[a.value]->storage : b.ext[a.ext];
-        }
-        for (size_t q = 0; q < p.outs.size(); ++q)
-          p.outs[q].impl()->storage = Storage::allocate(p.out_bytes[q], p.outs[q].device());
-        if (p.kernel)
-          p.kernel->run(p.ins, p.outs);
-        else
-          p.backend->run(p.fused ? *p.fused : *b.prims[p.node], p.ins, p.outs);
-        for (size_t q = 0; q < p.outs.size(); ++q)
-          b.outs[p.out_values[q]]->storage = std::move(p.outs[q].impl()->storage);
-        for (auto& t : p.ins) t.impl()->storage.reset();
-      }
-      for (int64_t v : p.release) b.outs[v]->storage.reset();
-    }
-  } catch (...) {
-    unbind();
-    throw;
-  }
 }
 
 // The recorded nodes as runtime arguments in template order.
@@ -550,14 +203,10 @@ void note_ran(State& s, const std::shared_ptr<Segment>& seg, bool hit, bool repl
 void execute(State& s, const std::shared_ptr<Segment>& seg, Bound& b, bool hit, bool replayed) {
   note_ran(s, seg, hit, replayed);
   wait_all_streams();  // inputs written by queued eager ops
-  ++t_executing;
-  try {
-    run_segment(*seg, b);
-  } catch (...) {
-    --t_executing;
-    throw;
-  }
-  --t_executing;
+  Executable& x = seg->exec;
+  x.run({&b.prims, &b.ext, nullptr});
+  for (size_t v = 0; v < b.outs.size(); ++v) b.outs[v]->storage = x.take(int64_t(v));
+  x.clear_values();
 }
 
 // The ops replayed so far become ordinary recorded nodes (a mismatch: record normally).
@@ -771,43 +420,6 @@ void predict(State& s, const Primitive& p) {
 }  // namespace graph_detail
 
 using namespace graph_detail;
-
-namespace graph_detail {
-std::vector<Tensor> add_pending_outputs(Node& n, const std::vector<TensorSpec>& outputs,
-                                        uint64_t segment, int64_t node, const Device& device) {
-  std::vector<Tensor> result;
-  result.reserve(outputs.size());
-  n.outs.reserve(outputs.size());
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    auto po = std::make_shared<PendingOutput>();
-    po->segment = segment;
-    po->node = node;
-    po->out = int(o);
-    auto impl = std::make_shared<TensorImpl>();
-    impl->pending = po;
-    impl->shape = outputs[o].shape;
-    impl->strides = contiguous_strides(outputs[o].shape);
-    impl->dtype = outputs[o].dtype;
-    impl->device = device;
-    n.outs.push_back(std::move(po));
-    result.emplace_back(std::move(impl));
-  }
-  return result;
-}
-}  // namespace graph_detail
-
-bool in_graph_execution() {
-  return t_executing > 0;
-}
-
-namespace graph_detail {
-ExecutionScope::ExecutionScope() {
-  ++t_executing;
-}
-ExecutionScope::~ExecutionScope() {
-  --t_executing;
-}
-}  // namespace graph_detail
 
 std::vector<Tensor> record_op(PrimitivePtr p, const std::vector<Tensor>& inputs,
                               const std::vector<TensorSpec>& outputs, const Device& device) {
