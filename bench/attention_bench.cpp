@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/attention/attention_kernels.h"
 #include "ops/attention.h"
 #include "runtime/parallel.h"
 

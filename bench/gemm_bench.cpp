@@ -14,7 +14,7 @@
 #include <ctime>
 #include <vector>
 
-#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/gemm/gemm_amx.h"
 #include "ops/linalg.h"
 #include "runtime/cpu_features.h"
 #include "runtime/parallel.h"

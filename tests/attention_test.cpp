@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "backends/cpu/attention_kernels.h"
+#include "backends/cpu/attention/attention_kernels.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"
 #include "runtime/error.h"

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/elementwise/elementwise_kernels.h"
 #include "ops/copy.h"
 #include "runtime/error.h"
 #include "test_util.h"

@@ -1,7 +1,7 @@
 // The AMX bf16 GEMM (backends/cpu/gemm_amx.h) behind linear and matmul: against an exact
 // reference rounded once to bf16 and against the oneDNN path, on shapes with M, K and N tails,
 // M = 1, bias or none, batched and broadcast matmul, and transposed or strided operands.
-#include "backends/cpu/gemm_amx.h"
+#include "backends/cpu/gemm/gemm_amx.h"
 
 #include <gtest/gtest.h>
 

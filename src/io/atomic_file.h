@@ -1,14 +1,3 @@
-// Atomic file output: write a temporary file next to the target, flush it to disk, then rename
-// it over the target, so readers never see a partial file and a failure leaves nothing behind.
+// write_file_atomically moved to the runtime (the compiled-mode plan cache writes with it).
 #pragma once
-#include <cstdio>
-#include <functional>
-#include <string>
-
-namespace tessera {
-
-// `write` fills the open temporary file and returns false on failure (it may also throw).
-// Throws tessera::Error "<path>: <problem>" when anything fails; the temporary is removed.
-void write_file_atomically(const std::string& path, const std::function<bool(std::FILE*)>& write);
-
-}  // namespace tessera
+#include "runtime/atomic_file.h"

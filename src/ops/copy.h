@@ -9,6 +9,8 @@ class Copy final : public Primitive {
  public:
   const char* name() const override { return "copy"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  Fusion fusion(const std::vector<Tensor>& in) const override;
+  void fused_instr(FusedInstr& instr, const std::vector<Tensor>& in) const override;
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
                                               const std::vector<Tensor>& out) override;
 };

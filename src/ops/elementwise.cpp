@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "runtime/fusion.h"
 
 namespace tessera {
 
@@ -202,6 +203,48 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   TESSERA_CHECK(out.shape() == x.shape(), "[masked_fill] mask ", shape_str(mask.shape()),
                 " does not broadcast to ", shape_str(x.shape()));
   return out;
+}
+
+namespace {
+// Rounds a scalar as BinaryScalar::eval_cpu does for a bf16/f16 tensor (add, sub).
+float scalar_as_torch(BinaryOp op, double s, DType in, DType out) {
+  float f = float(s);
+  const bool reduced = (out == DType::bf16 || out == DType::f16) && in == out;
+  if (reduced && (op == BinaryOp::add || op == BinaryOp::sub)) {
+    float v[1] = {f};
+    uint16_t h;
+    convert_elements(v, DType::f32, &h, out, 1);
+    convert_elements(&h, out, v, DType::f32, 1);
+    f = v[0];
+  }
+  return f;
+}
+}  // namespace
+
+Fusion Binary::fusion(const std::vector<Tensor>& in) const {
+  return in.size() == 2 ? Fusion::elementwise : Fusion::none;
+}
+void Binary::fused_instr(FusedInstr& instr, const std::vector<Tensor>&) const {
+  instr.kind = FusedInstr::binary;
+  instr.bop = op_;
+}
+
+Fusion BinaryScalar::fusion(const std::vector<Tensor>& in) const {
+  return in.size() == 1 && op_ != BinaryOp::pow ? Fusion::elementwise : Fusion::none;
+}
+void BinaryScalar::fused_instr(FusedInstr& instr, const std::vector<Tensor>& in) const {
+  instr.kind = FusedInstr::binary_scalar;
+  instr.bop = op_;
+  instr.scalar = scalar_as_torch(op_, scalar_, in[0].dtype(), instr.dtype);
+  instr.scalar_first = scalar_first_;
+}
+
+Fusion Unary::fusion(const std::vector<Tensor>& in) const {
+  return in.size() == 1 ? Fusion::elementwise : Fusion::none;
+}
+void Unary::fused_instr(FusedInstr& instr, const std::vector<Tensor>&) const {
+  instr.kind = FusedInstr::unary;
+  instr.uop = op_;
 }
 
 }  // namespace tessera

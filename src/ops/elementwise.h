@@ -4,29 +4,11 @@
 #pragma once
 #include <cstdint>
 
+#include "runtime/elementwise_op.h"
 #include "runtime/primitive.h"
 
 namespace tessera {
 
-enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, pow };
-enum class UnaryOp : uint8_t {
-  neg,
-  abs,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  tanh,
-  sigmoid,
-  sin,
-  cos,
-  square,
-  silu,
-  gelu,
-  gelu_tanh,
-  quick_gelu,
-  relu
-};
 const char* binary_op_name(BinaryOp op);
 const char* unary_op_name(UnaryOp op);
 
@@ -36,6 +18,8 @@ class Binary final : public Primitive {
   explicit Binary(BinaryOp op) : op_(op) {}
   const char* name() const override { return binary_op_name(op_); }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  Fusion fusion(const std::vector<Tensor>& in) const override;
+  void fused_instr(FusedInstr& instr, const std::vector<Tensor>& in) const override;
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
                                               const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override { h.add(uint64_t(op_)); }
@@ -59,6 +43,8 @@ class BinaryScalar final : public Primitive {
       : op_(op), scalar_(scalar), scalar_first_(scalar_first) {}
   const char* name() const override { return binary_op_name(op_); }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  Fusion fusion(const std::vector<Tensor>& in) const override;
+  void fused_instr(FusedInstr& instr, const std::vector<Tensor>& in) const override;
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
                                               const std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
@@ -78,6 +64,8 @@ class Unary final : public Primitive {
   explicit Unary(UnaryOp op) : op_(op) {}
   const char* name() const override { return unary_op_name(op_); }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  Fusion fusion(const std::vector<Tensor>& in) const override;
+  void fused_instr(FusedInstr& instr, const std::vector<Tensor>& in) const override;
   void hash_attributes(Hasher& h) const override { h.add(uint64_t(op_)); }
   bool equal_attributes(const Primitive& o) const override {
     return static_cast<const Unary&>(o).op_ == op_;

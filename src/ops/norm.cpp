@@ -5,6 +5,12 @@
 
 namespace tessera {
 
+Fusion rowwise_fusion(const std::vector<Tensor>& in) {
+  const Tensor& x = in[0];
+  if (x.ndim() < 1 || x.shape().back() == 0 || !x.is_contiguous()) return Fusion::none;
+  return Fusion::rowwise;
+}
+
 void LayerNorm::hash_attributes(Hasher& h) const {
   h.add_double(eps_);
   h.add(has_weight_);

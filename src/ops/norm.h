@@ -6,6 +6,9 @@
 
 namespace tessera {
 
+// Norms over the last dim of a contiguous input fuse row-wise (runtime/fusion.h).
+Fusion rowwise_fusion(const std::vector<Tensor>& in);
+
 // Over the last dim; weight/bias optional ([D], any float dtype). y = (x - mean) * rstd * w + b,
 // evaluated as torch's CPU kernel does: (x * rstd - mean * rstd) * w + b.
 class LayerNorm final : public Primitive {
@@ -14,6 +17,7 @@ class LayerNorm final : public Primitive {
       : eps_(eps), has_weight_(has_weight), has_bias_(has_bias) {}
   const char* name() const override { return "layer_norm"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  Fusion fusion(const std::vector<Tensor>& in) const override { return rowwise_fusion(in); }
   bool has_weight() const { return has_weight_; }
   bool has_bias() const { return has_bias_; }
   // eval_cpu's bits on f32 rows of d <= kEwChunk elements (row r at x + r * d), weight and bias
@@ -40,6 +44,7 @@ class RmsNorm final : public Primitive {
       : eps_(eps), style_(style), has_weight_(has_weight) {}
   const char* name() const override { return "rms_norm"; }
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
+  Fusion fusion(const std::vector<Tensor>& in) const override { return rowwise_fusion(in); }
   bool has_weight() const { return has_weight_; }
   // As LayerNorm::f32_rows (f32 x and weight: neither style rounds in between).
   void f32_rows(const float* x, int64_t rows, int64_t d, const float* w, float* o) const;

@@ -2,9 +2,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <unordered_map>
-#include <vector>
 
 namespace tessera {
 
@@ -25,29 +22,13 @@ class Allocator {
   virtual void reset_peak() = 0;
   // Return cached blocks to the system.
   virtual void empty_cache() = 0;
+  // What a request of `bytes` occupies (its size class): static memory plans share a buffer
+  // between values of one block size.
+  virtual size_t block_size(size_t bytes) const { return bytes; }
 };
 
-// Host allocator: 64-byte aligned blocks; sizes are rounded to size classes and freed blocks
-// are kept per class, so the same shapes every denoising step reuse the same memory.
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override;
-  void deallocate(void* p, size_t bytes) override;
-  MemoryStats stats() const override;
-  void reset_peak() override;
-  void empty_cache() override;
-  ~CpuAllocator() override;
-
-  static size_t size_class(size_t bytes);
-
- private:
-  void release_cached_locked();
-  mutable std::mutex mu_;
-  // Size class -> freed blocks (a vector per class: no node allocation per free, LIFO reuse).
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  MemoryStats stats_;
-};
-
+// The CPU device's allocator, for callers outside the runtime (tests, the CLI's memory report);
+// the runtime itself asks backend_for(device).allocator(device). Defined in backends/cpu.
 Allocator& cpu_allocator();
 
 }  // namespace tessera

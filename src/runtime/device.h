@@ -23,8 +23,8 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
 
-// Devices this build can run on right now (always "cpu"; others when their backend is built
-// and present).
+// Devices this build can run on right now: those of the registered backends
+// (runtime/backend.h) that are present on this machine.
 std::vector<Device> available_devices();
 // Throws "[device] cuda:0 is not available; available: cpu" when `d` cannot be used.
 void require_available(const Device& d);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/elementwise.h"
+#include "runtime/elementwise_op.h"
 #include "runtime/primitive.h"
 
 namespace tessera {
@@ -49,8 +49,9 @@ class FusedKernel final : public Primitive {
   std::string label_;            // "fused(layer_norm,mul,add,silu)"
 };
 
-// Can `p` with these input/output descriptions be part of a fused kernel? Sets *rowwise for
-// norms over the last dim (which need their first input from outside the kernel).
+// Can `p` with these input/output descriptions be part of a fused kernel (Primitive::fusion, on
+// floating tensors, one output)? Sets *rowwise for row-wise ops (their inputs come from outside
+// the kernel).
 bool is_fusible(const Primitive& p, const std::vector<Tensor>& inputs,
                 const std::vector<TensorSpec>& outputs, bool* rowwise);
 

@@ -58,6 +58,22 @@ std::shared_ptr<Plan> plan_from_grouping(const std::vector<Node>& nodes,
 uint64_t structural_hash(const std::vector<Node>& nodes,
                          const std::vector<std::vector<char>>& live);
 
+// Compiled mode's static memory plan: each value that does not leave the program gets a buffer
+// slot (the allocator's block size), reused once its last reader ran.
+struct MemoryPlan {
+  std::vector<int> slot_of;  // per flat value: buffer slot, or -1 (allocated per run)
+  std::vector<size_t> slot_bytes;
+};
+void plan_memory(const std::vector<Node>& nodes, const Plan& plan,
+                 const std::vector<int64_t>& value_base,
+                 const std::vector<std::vector<char>>& live, MemoryPlan* out);
+// Checks of a plan read from disk: sizes fit, no slot holds two live values; the grouping covers
+// every node once, in dependency order, fusing only fusible nodes of one shape.
+bool memory_plan_valid(const std::vector<Node>& nodes, const Plan& plan,
+                       const std::vector<int64_t>& value_base,
+                       const std::vector<std::vector<char>>& live, const MemoryPlan& p);
+bool grouping_valid(const Grouping& g, const std::vector<Node>& nodes);
+
 // While alive, ops dispatched by kernels run inline (in_graph_execution() is true).
 struct ExecutionScope {
   ExecutionScope();

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "runtime/allocator.h"
+#include "runtime/backend.h"
 
 namespace tessera {
 namespace {
@@ -109,7 +109,8 @@ std::string StageMemory::json() const {
 }
 
 StageMemoryMeter::StageMemoryMeter() {
-  cpu_allocator().reset_peak();
+  for (Backend* b : backends())
+    for (const Device& d : b->devices()) b->allocator(d).reset_peak();
   reset_peak_weight_bytes();
   reset_peak_resident();
   disk0_ = checkpoint_read_bytes();
@@ -118,8 +119,10 @@ StageMemoryMeter::StageMemoryMeter() {
 
 StageMemory StageMemoryMeter::finish() const {
   StageMemory s;
-  s.peak_alloc_bytes = cpu_allocator().stats().peak_bytes;
-  s.peak_device_bytes = s.peak_alloc_bytes;  // CPU is the only device built so far
+  // Summed over devices (the CPU's counters are the host's).
+  for (Backend* b : backends())
+    for (const Device& d : b->devices()) s.peak_alloc_bytes += b->allocator(d).stats().peak_bytes;
+  s.peak_device_bytes = s.peak_alloc_bytes;
   // Without clear_refs the high-water mark covers the whole process; the current RSS bounds it.
   s.peak_host_bytes = std::max(peak_resident_bytes(), resident_bytes());
   s.peak_weight_bytes = peak_weight_bytes();

@@ -8,7 +8,7 @@
 
 #include "runtime/graph.h"
 #include "runtime/primitive.h"
-#include "runtime/stream.h"
+#include "runtime/backend.h"
 
 namespace tessera {
 namespace {
@@ -50,14 +50,14 @@ const char* eager_mode_name(EagerMode mode) {
 }
 
 void set_async_dispatch(bool on) {
-  if (!on) cpu_stream().synchronize();
+  if (!on) synchronize_all_devices();
   async_state() = on;
 }
 bool async_dispatch() {
   return async_state().load(std::memory_order_relaxed);
 }
 void set_launch_blocking(bool on) {
-  if (on) cpu_stream().synchronize();
+  if (on) synchronize_all_devices();
   blocking_state() = on;
 }
 bool launch_blocking() {

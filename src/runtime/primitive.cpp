@@ -7,7 +7,7 @@
 #include "runtime/graph.h"
 #include "runtime/graph_plan.h"
 #include "runtime/modes.h"
-#include "runtime/stream.h"
+#include "runtime/backend.h"
 
 namespace tessera {
 namespace {
@@ -25,10 +25,6 @@ void Hasher::add_string(const std::string& s) {
   add(s.size());
 }
 
-void Primitive::eval_cuda(const std::vector<Tensor>&, std::vector<Tensor>&) {
-  TESSERA_FAIL("[", name(), "] has no CUDA implementation in this build");
-}
-
 std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
                              const std::vector<TensorSpec>& outputs) {
   Device device = Device::cpu();
@@ -44,10 +40,10 @@ std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
     }
   }
   ++g_ops_dispatched;
+  Backend& backend = backend_for(device);
   // Kernels that dispatch ops themselves (contiguous() inside eval) run them inline.
-  const bool nested = in_graph_execution() || Stream::on_worker();
-  if (!nested && device.type == DeviceType::cpu &&
-      (eager_mode() == EagerMode::DeferAndFuse || graph_detail::tracing()))
+  const bool nested = in_graph_execution() || backend.on_kernel_thread();
+  if (!nested && (eager_mode() == EagerMode::DeferAndFuse || graph_detail::tracing()))
     return record_op(std::move(p), inputs, outputs, device);
   for (const auto& t : inputs)
     if (!t.impl()->storage && t.impl()->pending) t.storage();  // recorded earlier: materialise
@@ -56,23 +52,10 @@ std::vector<Tensor> dispatch(PrimitivePtr p, const std::vector<Tensor>& inputs,
   std::vector<Tensor> outs;
   outs.reserve(outputs.size());
   for (const auto& spec : outputs) outs.push_back(Tensor::empty(spec.shape, spec.dtype, device));
-  if (device.type == DeviceType::cpu && !nested) {
-    Stream& s = cpu_stream();
-    if (s.async()) {
-      Primitive* raw = p.get();
-      const uint64_t seq = s.submit(raw->name(), [p = std::move(p), ins, outs]() mutable {
-        p->eval_cpu(ins, outs);
-      });
-      for (const auto& t : ins) t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
-      for (const auto& t : outs) t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
-      return outs;
-    }
-  }
-  switch (device.type) {
-    case DeviceType::cpu: p->eval_cpu(ins, outs); break;
-    case DeviceType::cuda: p->eval_cuda(ins, outs); break;
-    default: TESSERA_FAIL("[", p->name(), "] no backend for device ", device.str(), " in this build");
-  }
+  if (nested)
+    backend.run(*p, ins, outs);
+  else
+    backend.launch(std::move(p), ins, outs);
   return outs;
 }
 
@@ -87,7 +70,12 @@ void reset_dispatch_stats() { g_ops_dispatched = 0; }
 
 void synchronize(const Device& device) {
   materialize_pending_graph();
-  if (device.type == DeviceType::cpu) cpu_stream().synchronize();
+  backend_for(device).synchronize(device);
+}
+
+void synchronize_all_devices() {
+  materialize_pending_graph();
+  wait_all_streams();
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
-// Primitive: one op with its attributes. ops/ creates primitives and dispatches them; each
-// backend implements eval_<backend>. The execution mode decides when eval runs (strict eager:
-// now, on the device stream; deferred and compiled modes: later, possibly fused).
+// Primitive: one op with its attributes. ops/ creates primitives and dispatches them; eval_cpu is
+// the reference implementation (src/backends/cpu/), which the CPU backend runs; other backends
+// run their own kernels (runtime/backend.h). The execution mode decides when an op runs (strict
+// eager: now, on the device stream; deferred and compiled modes: later, possibly fused).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,13 @@ class Hasher {
   uint64_t h_ = 14695981039346656037ull;
 };
 
+struct FusedInstr;  // runtime/fusion.h
+
+// How an op joins a fused kernel in deferred and compiled modes (runtime/fusion.h).
+// elementwise: one instruction of the kernel's program (Primitive::fused_instr); rowwise: output
+// row r depends only on row r of input 0 (norms over the last dim), run per block of rows.
+enum class Fusion : uint8_t { none, elementwise, rowwise };
+
 struct TensorSpec {
   Shape shape;
   DType dtype;
@@ -44,11 +52,15 @@ class Primitive {
   // Inputs are materialised tensors (any strides); outputs are freshly allocated contiguous
   // tensors of the specs the op function gave.
   virtual void eval_cpu(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) = 0;
-  virtual void eval_cuda(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs);
   // Attributes for structural caching; two primitives with equal name and equal attributes
   // compute the same function of their inputs.
   virtual void hash_attributes(Hasher&) const {}
   virtual bool equal_attributes(const Primitive&) const { return true; }
+  // Fusion of this op on these inputs (the runtime checks that all are floating and that there
+  // is one output). fused_instr fills the op fields of an elementwise op's instruction (kind,
+  // bop/uop, scalar); the runtime has set instr.dtype (the output's) and sets the operands.
+  virtual Fusion fusion(const std::vector<Tensor>& /*inputs*/) const { return Fusion::none; }
+  virtual void fused_instr(FusedInstr& /*instr*/, const std::vector<Tensor>& /*inputs*/) const {}
   // Optional (compiled mode): a kernel prepared for these views that computes exactly what
   // eval_cpu would; nullptr means eval_cpu runs each time.
   virtual std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& /*inputs*/,
@@ -75,5 +87,7 @@ void reset_dispatch_stats();
 // A sync point: runs what deferred mode recorded and waits for the queued work on `device`;
 // throws the error of a queued op that failed.
 void synchronize(const Device& device = Device::cpu());
+// The same for every available device.
+void synchronize_all_devices();
 
 }  // namespace tessera

@@ -1,15 +1,10 @@
 #include "runtime/storage.h"
 
-#include "runtime/allocator.h"
-#include "runtime/error.h"
+#include "runtime/backend.h"
 
 namespace tessera {
 
-static Allocator& allocator_for(const Device& d) {
-  TESSERA_CHECK(d.type == DeviceType::cpu, "[storage] no allocator for device ", d.str(),
-                " in this build");
-  return cpu_allocator();
-}
+static Allocator& allocator_for(const Device& d) { return backend_for(d).allocator(d); }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, const Device& device) {
   auto s = std::make_shared<Storage>(Token());

@@ -6,7 +6,7 @@
 
 #include "runtime/error.h"
 #include "runtime/graph.h"
-#include "runtime/stream.h"
+#include "runtime/backend.h"
 
 namespace tessera {
 
@@ -112,7 +112,8 @@ void* Tensor::raw_data() const {
   TESSERA_CHECK(defined(), "[data] tensor is undefined");
   if (!impl_->storage && impl_->pending) resolve_pending(*impl_);
   TESSERA_CHECK(impl_->storage, "[data] tensor has no storage yet (pending)");
-  wait_for_storage(*impl_->storage);
+  const Storage& st = *impl_->storage;
+  if (st.stream_seq.load(std::memory_order_acquire) != 0) backend_for(st.device()).wait_for(st);
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(dtype_size(dtype()));
 }
 

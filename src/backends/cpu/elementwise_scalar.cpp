@@ -1,4 +1,0 @@
-// The row kernels of elementwise_loops.h built for the scalar path (flags from CMake by file name).
-#define EW_TABLE_NAME ew_kernels_scalar
-#define EW_TABLE_ISA CpuIsa::scalar
-#include "backends/cpu/elementwise_loops.h"

@@ -1,0 +1,66 @@
+#include "runtime/backend.h"
+
+#include <array>
+
+#include "runtime/error.h"
+#include "runtime/fusion.h"
+
+namespace tessera {
+namespace {
+
+struct Registry {
+  std::array<Backend*, 8> by_type{};  // indexed by DeviceType
+  std::vector<Backend*> list;
+};
+
+Registry& raw_registry() {
+  static Registry* r = new Registry();  // never destroyed: storages may outlive main
+  return *r;
+}
+
+Registry& registry() {
+  static const bool registered = (register_builtin_backends(), true);
+  (void)registered;
+  return raw_registry();
+}
+
+}  // namespace
+
+void register_backend(std::unique_ptr<Backend> backend) {
+  Registry& r = raw_registry();
+  const size_t t = size_t(backend->device_type());
+  TESSERA_CHECK(t < r.by_type.size() && !r.by_type[t], "[device] a second backend for ",
+                backend->name());
+  r.by_type[t] = backend.release();
+  r.list.push_back(r.by_type[t]);
+}
+
+const std::vector<Backend*>& backends() { return registry().list; }
+
+Backend& backend_for(const Device& d) {
+  const size_t t = size_t(d.type);
+  Backend* b = t < registry().by_type.size() ? registry().by_type[t] : nullptr;
+  if (b) [[likely]]
+    return *b;
+  require_available(d);  // throws: nothing handles this device type
+  TESSERA_FAIL("[device] no backend for ", d.str());
+}
+
+void wait_all_streams() {
+  for (Backend* b : backends())
+    for (const Device& d : b->devices()) b->synchronize(d);
+}
+
+bool fusion_supported(const Device& d) {
+  static const FusedKernel probe({}, {}, "fused");
+  return backend_for(d).supports(probe, {});
+}
+
+std::vector<Device> available_devices() {
+  std::vector<Device> out;
+  for (Backend* b : backends())
+    for (const Device& d : b->devices()) out.push_back(d);
+  return out;
+}
+
+}  // namespace tessera
