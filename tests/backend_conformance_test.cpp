@@ -372,16 +372,11 @@ std::vector<Case> conv_cases(uint64_t seed) {
            shape_of({p.padding[0], p.padding[1], p.padding[2], p.padding[3]}) + " dil " +
            shape_of({p.dilation[0], p.dilation[1]}) + " groups " + std::to_string(p.groups) +
            (symmetric ? " symmetric" : ""));
-    Case c = b.build({"fn:conv2d", "prim:conv2d"}, [=](const Ins& in) {
+    cases.push_back(b.build({"fn:conv2d", "prim:conv2d"}, [=](const Ins& in) {
       const Tensor bt = bias ? in[ibias] : Tensor();
       if (symmetric) return Outs{conv2d(in[ix], in[iw], bt, p.stride, {p.padding[0], p.padding[2]})};
       return Outs{conv2d(in[ix], in[iw], bt, p)};
-    }, 4);
-    // Seen: groups 2 at the default ISA; dilation 2 ungrouped under TESSERA_CPU_ISA=avx2.
-    c.known_bugs["eager-async"] =
-        "conv2d can segfault inside oneDNN when run on the asynchronous stream's worker thread "
-        "(f32 and bf16, 1 or 2 threads; synchronous eager is fine)";
-    cases.push_back(std::move(c));
+    }, 4));
   }
   return cases;
 }
