@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/copy.h"
+#include "ops/linalg.h"
 #include "runtime/error.h"
+#include "runtime/modes.h"
+#include "runtime/random.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -100,6 +104,46 @@ TEST(Conv2d, GroupedAndDilatedMatchAManualSum) {
   const auto v = y.to_floats();
   EXPECT_FLOAT_EQ(v[0], 2.0f * 4);          // corner: 2x2 taps in bounds
   EXPECT_FLOAT_EQ(v[2 * 6 + 2], 2.0f * 9);  // interior: all 9 taps
+}
+
+// oneDNN's default scratchpad belongs to the thread that made the primitive: a gemm-based conv
+// made on this thread and run on the async stream's worker (or the reverse) used a null im2col
+// buffer and crashed. Both shapes take the im2col path (the first at AVX-512, the second at AVX2).
+TEST(Conv2d, AsyncStreamRunsAPrimitiveMadeOnAnotherThread) {
+  struct Case {
+    Shape x, w;
+    Conv2dParams p;
+    bool offset;  // x as columns 3..7 of a wider tensor
+  };
+  Conv2dParams grouped, dilated;
+  grouped.groups = 2;
+  grouped.stride = {2, 1};
+  grouped.padding = {0, 1, 1, 0};
+  dilated.stride = {2, 1};
+  dilated.padding = {0, 0, 1, 2};
+  dilated.dilation = {2, 1};
+  const Case cases[] = {{{1, 4, 7, 11}, {6, 2, 3, 3}, grouped, false},
+                        {{1, 1, 5, 10}, {2, 1, 3, 1}, dilated, true}};
+  Generator gen(18);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const Case& c : cases) {
+      const Tensor base = randn(c.x, dt, gen), w = randn(c.w, dt, gen);
+      const Tensor x = c.offset ? base.slice(-1, 3, 8) : base;
+      auto run = [&](bool async) {
+        set_async_dispatch(async);
+        Tensor y = conv2d(x, w, Tensor(), c.p);
+        synchronize();
+        set_async_dispatch(false);
+        return clone(y);
+      };
+      for (bool async_first : {false, true}) {
+        clear_kernel_caches();  // the first run below makes the primitive, the second reuses it
+        const Tensor first = run(async_first), second = run(!async_first);
+        EXPECT_TRUE(test::bit_equal(second, first))
+            << dtype_name(dt) << " " << x.describe() << (async_first ? ", async first" : "");
+      }
+    }
+  }
 }
 
 }  // namespace

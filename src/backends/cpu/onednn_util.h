@@ -22,6 +22,13 @@ void sync_threads(int n);
 // Set with sync_threads(n) both when its primitive is made (oneDNN fixes its split then) and run.
 int gemm_threads(int64_t macs);
 
+// oneDNN's own ("library") scratchpad is a per-thread buffer sized as primitives are made on that
+// thread, so a primitive run on another thread (the async stream's worker) gets a buffer that is
+// null or too small. Make primitives with user_scratchpad() and pass scratchpad(its desc) as
+// DNNL_ARG_SCRATCHPAD: the running thread's buffer, kept and grown when too small.
+dnnl::primitive_attr user_scratchpad();
+dnnl::memory scratchpad(const dnnl::memory::desc& md);
+
 dnnl::memory::data_type data_type(DType t, const char* op);
 // Whether oneDNN has bf16 matmul kernels on this CPU (2.6: from AVX-512 on). Without them bf16
 // products run as f32 products on converted operands, rounded where the bf16 kernel rounds.

@@ -18,6 +18,7 @@ struct ConvEntry {
   dnnl::convolution_forward prim;
   bool reorder_src = false, reorder_dst = false, pack_weights = false;
   dnnl::reorder src_reorder, dst_reorder;
+  dnnl::memory::desc src_reorder_scratch, dst_reorder_scratch;
 };
 
 onednn::PrimitiveCache<ConvEntry>& conv_cache() {
@@ -46,6 +47,7 @@ void run_conv(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Ten
   kb.add(op).add(x).add(w).add(out).add(int64_t(bias.defined())).add(g);
   for (int i = 0; i < 2; ++i) kb.add(p.stride[i]).add(p.dilation[i]);
   for (int64_t v : p.padding) kb.add(v);
+  onednn::sync_threads();  // before the primitive is made: oneDNN fixes its thread split then
   auto e = conv_cache().get(kb.str(), [&] {
     ConvEntry e;
     try {
@@ -58,22 +60,28 @@ void run_conv(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Ten
           pad_l{p.padding[0], p.padding[2]}, pad_r{p.padding[1], p.padding[3]};
       const auto kind = dnnl::prop_kind::forward_inference;
       const auto alg = dnnl::algorithm::convolution_direct;
+      // A user scratchpad: the cached primitives also run on the async stream's worker thread.
+      const auto attr = onednn::user_scratchpad();
       const auto d = bias.defined() ? dnnl::convolution_forward::desc(kind, alg, xa, wa, b_md, da,
                                                                       strides, dil, pad_l, pad_r)
                                     : dnnl::convolution_forward::desc(kind, alg, xa, wa, da,
                                                                       strides, dil, pad_l, pad_r);
-      e.pd = dnnl::convolution_forward::primitive_desc(d, onednn::engine());
+      e.pd = dnnl::convolution_forward::primitive_desc(d, attr, onednn::engine());
       e.prim = dnnl::convolution_forward(e.pd);
       e.reorder_src = e.pd.src_desc() != x_md;
       e.reorder_dst = e.pd.dst_desc() != d_md;
       e.pack_weights = e.pd.weights_desc() != w_md;
       const auto& eng = onednn::engine();
-      if (e.reorder_src)
-        e.src_reorder =
-            dnnl::reorder(dnnl::reorder::primitive_desc(eng, x_md, eng, e.pd.src_desc()));
-      if (e.reorder_dst)
-        e.dst_reorder =
-            dnnl::reorder(dnnl::reorder::primitive_desc(eng, e.pd.dst_desc(), eng, d_md));
+      if (e.reorder_src) {
+        const dnnl::reorder::primitive_desc r(eng, x_md, eng, e.pd.src_desc(), attr);
+        e.src_reorder = dnnl::reorder(r);
+        e.src_reorder_scratch = r.scratchpad_desc();
+      }
+      if (e.reorder_dst) {
+        const dnnl::reorder::primitive_desc r(eng, e.pd.dst_desc(), eng, d_md, attr);
+        e.dst_reorder = dnnl::reorder(r);
+        e.dst_reorder_scratch = r.scratchpad_desc();
+      }
       e.supported = true;
     } catch (const dnnl::error&) {
       e.supported = false;
@@ -91,11 +99,17 @@ void run_conv(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Ten
     return;
   }
   auto& s = onednn::stream();
-  onednn::sync_threads();
+  // Each primitive runs to completion before the next, so they share this thread's scratchpad.
+  auto reorder = [&](const dnnl::reorder& r, const dnnl::memory::desc& scratch,
+                     const dnnl::memory& from, const dnnl::memory& to) {
+    r.execute(s, {{DNNL_ARG_FROM, from},
+                  {DNNL_ARG_TO, to},
+                  {DNNL_ARG_SCRATCHPAD, onednn::scratchpad(scratch)}});
+  };
   dnnl::memory src = onednn::wrap(x_md, x);
   if (e->reorder_src) {
     dnnl::memory blocked(e->pd.src_desc(), onednn::engine());
-    e->src_reorder.execute(s, src, blocked);
+    reorder(e->src_reorder, e->src_reorder_scratch, src, blocked);
     src = blocked;
   }
   dnnl::memory wts = e->pack_weights ? onednn::packed_weights(w, w_md, e->pd.weights_desc())
@@ -105,8 +119,9 @@ void run_conv(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Ten
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}};
   if (bias.defined()) args[DNNL_ARG_BIAS] = onednn::wrap(b_md, bias);
+  args[DNNL_ARG_SCRATCHPAD] = onednn::scratchpad(e->pd.scratchpad_desc());
   e->prim.execute(s, args);
-  if (e->reorder_dst) e->dst_reorder.execute(s, dst, user_dst);
+  if (e->reorder_dst) reorder(e->dst_reorder, e->dst_reorder_scratch, dst, user_dst);
   s.wait();
 }
 

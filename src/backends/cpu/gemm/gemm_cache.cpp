@@ -213,6 +213,27 @@ void sync_threads(int n) {
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+dnnl::memory scratchpad(const dnnl::memory::desc& md) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<void, Free> buf;
+  thread_local size_t bytes = 0;
+  const size_t need = md.get_size();
+  if (need > bytes) {
+    bytes = (need + 4095) / 4096 * 4096;
+    buf.reset(std::aligned_alloc(4096, bytes));
+    TESSERA_CHECK(buf != nullptr, "[onednn] out of memory for a ", need, "-byte scratchpad");
+  }
+  return dnnl::memory(md, engine(), need ? buf.get() : nullptr);
+}
+
 int gemm_threads(int64_t macs) {
   return macs < min_parallel_work() ? 1 : num_threads();
 }
