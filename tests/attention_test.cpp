@@ -408,20 +408,41 @@ TEST(SdpaTiles, KeyTransposeMatchesThePlainLoop) {
   }
 }
 
+// Error terms of the softmax rows' f32 arithmetic (docs/decisions/0018-isa-kernel-guarantees.md):
+// the unit roundoff, and the relative error of each exp where its result is at least 2^-125:
+// exp_u20 at most 3.87e-7 (4.7 ulp; measured on every float from ln(FLT_MIN) to 1e-3, the
+// largest near -86 from ln 2's rounding), libm's expf 1 ulp (glibc's documented bound).
+constexpr double kU = 0x1p-24;
+constexpr double kExpU20Rel = 4e-7;
+constexpr double kExpfRel = 0x1p-23;
+
+// Worst-case relative error of a sum of nonnegative terms when each term passes through at most k
+// roundings (whatever the order): gamma_k = k u / (1 - k u).
+double gamma_sum(int64_t k) {
+  return double(k) * kU / (1 - double(k) * kU);
+}
+
 // The vector row kernels against the scalar row on two key blocks of one row (the second
-// rescales): the same exp_u20 and libm tail, so the AVX2 row's P and every row's m are the scalar
-// row's bits; the sum is reduced in another order (16 lanes), so l only to float rounding.
+// rescales). The AVX2 row is built without FMA contraction: P and m are the scalar row's bits.
+// The AVX-512 rows are built with it: x * scale - m is one FMA where the scalar row rounds the
+// product first, and with a mask so is x * scale + add. exp's argument d then moves by up to
+// u (|x * scale| + 2 |d|), plus u 2|x| and the max's own move with a mask, and P by that
+// (relative) plus each exp's error; m is the scalar row's unless there is a mask. Bounds are
+// twice the first-order terms. Each row sums in its own order (the scalar row one chain of n
+// adds; the vector rows 16 lanes, a 4-level tree and the tail), so each l is checked against the
+// exact sum of its own terms and against the other's l with both orders' worst cases.
 TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
   struct Kernel {
     const char* name;
     cpu::SoftmaxRowFn fn;
     CpuIsa needs;
-    bool exact_p;  // the AVX-512 rows may fuse scale and max subtraction into one FMA
+    bool exact;  // built with -ffp-contract=off: the scalar row's roundings
   };
   const Kernel kernels[] = {
       {"avx2", cpu::softmax_row_avx2, CpuIsa::avx2, true},
       {"avx512", cpu::softmax_row_avx512, CpuIsa::avx512, false},
       {"avx512bf16", cpu::softmax_row_avx512bf16, CpuIsa::avx512_bf16, false}};
+  const float scale = 0.35f;
   int checked = 0;
   for (const Kernel& k : kernels) {
     if (cpu_isa() < k.needs) continue;
@@ -430,12 +451,18 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
         for (bool masked : {false, true})
           for (bool p_bf16 : {false, true})
             for (bool flush : {false, true}) {  // every third score far below: exp flushed to 0
-              const int64_t nvalid = std::max<int64_t>(0, n - cut);
+              const int64_t nvalid = std::max<int64_t>(0, n - cut), vec_end = n - n % 16;
               const std::string what = std::string(k.name) + " n " + std::to_string(n) +
                                        " nvalid " + std::to_string(nvalid) +
                                        (masked ? " masked" : "") + (p_bf16 ? " bf16 P" : "") +
                                        (flush ? " flush" : "");
+              // Roundings each term of l passes through: scalar n adds; vector rows a lane's
+              // adds, the tree and the tail's add, or the tail's adds; both then l * alpha + sum.
+              const int64_t depth_s = n + 2,
+                            depth_v = std::max(vec_end / 16 + 5, n % 16 + 1) + 2;
               float ms = -std::numeric_limits<float>::infinity(), ls = 0, mv = ms, lv = 0;
+              double dm = 0;    // bound on |mv - ms|
+              double lrel = 0;  // bound on |lv / ls - 1|
               for (int block = 0; block < 2; ++block) {
                 const auto raw =
                     random_tensor({n}, DType::f32, uint64_t(7 * n + block)).to_floats();
@@ -447,27 +474,84 @@ TEST(SoftmaxRow, VectorKernelsMatchTheScalarRow) {
                 if (flush)
                   for (size_t j = 0; j < s1.size(); j += 3) s1[j] = -1e4f;
                 s2 = s1;
+                const std::vector<float> s0 = s1;
+                const float ms_old = ms, ls_old = ls, lv_old = lv;
                 std::vector<float> p1(static_cast<size_t>(n)), p2(static_cast<size_t>(n));
-                const float a1 = cpu::softmax_row_scalar(s1.data(), n, nvalid, 0.35f,
+                const float a1 = cpu::softmax_row_scalar(s1.data(), n, nvalid, scale,
                                                          masked ? add.data() : nullptr, &ms, &ls,
                                                          p1.data(), p_bf16);
-                const float a2 = k.fn(s2.data(), n, nvalid, 0.35f, masked ? add.data() : nullptr,
+                const float a2 = k.fn(s2.data(), n, nvalid, scale, masked ? add.data() : nullptr,
                                       &mv, &lv, p2.data(), p_bf16);
-                ASSERT_EQ(ms, mv) << what;
-                ASSERT_EQ(a1, a2) << what;
-                ASSERT_NEAR(lv, ls, 2e-6 * std::max(1.f, ls)) << what;
-                if (k.exact_p) {
+                // s1 now holds the scalar row's x = s * scale (+ add); y = s * scale unrounded.
+                auto y_abs = [&](int64_t j) { return std::fabs(double(s0[size_t(j)]) * scale); };
+                auto x_abs = [&](int64_t j) { return std::fabs(double(s1[size_t(j)])); };
+                // |x_v - x_s|: the product rounded or not, and with a mask the sum rounded apart.
+                auto dx = [&](int64_t j) {
+                  return kU * (y_abs(j) + (masked && !k.exact ? 2 * x_abs(j) : 0.0));
+                };
+                // m, and alpha = exp(m_old - m).
+                const double dm_old = dm;
+                double alpha_rel = 0;
+                if (k.exact || !masked) {  // max(s) * scale is max(s * scale): rounding is monotonic
+                  ASSERT_EQ(ms, mv) << what;
+                  ASSERT_EQ(a1, a2) << what;
+                } else {
+                  // |max x_s - max x_v| is at most |x_s - x_v| at the argmax of either (s2 holds
+                  // x_v where there is a mask).
+                  int64_t js = 0, jv = 0;
+                  for (int64_t j = 1; j < nvalid; ++j) {
+                    if (s1[size_t(j)] > s1[size_t(js)]) js = j;
+                    if (s2[size_t(j)] > s2[size_t(jv)]) jv = j;
+                  }
+                  if (nvalid > 0) dm = std::max({dm, 2 * dx(js), 2 * dx(jv)});
+                  if (std::isinf(ms))  // nothing visible yet
+                    ASSERT_EQ(ms, mv) << what;
+                  else
+                    ASSERT_LE(std::fabs(double(mv) - ms), dm) << what << " block " << block;
+                  if (ms_old == -std::numeric_limits<float>::infinity()) {
+                    ASSERT_EQ(a1, a2) << what;  // exp(-inf) = 0, or 1 with nothing visible
+                  } else {
+                    alpha_rel =
+                        2 * (dm_old + dm + 2 * kU * std::fabs(double(ms_old) - ms) + 2 * kExpfRel);
+                    ASSERT_NEAR(a2, a1, alpha_rel * a1) << what << " block " << block;
+                  }
+                }
+                // P: f32 within the bound above; bf16 within one bf16 ulp (at most 2^-7 of the
+                // value), since the f32 values differ by far less than half of one.
+                double p_rel_max = 0;
+                if (k.exact) {
                   ASSERT_EQ(std::memcmp(p1.data(), p2.data(), size_t(n) * (p_bf16 ? 2 : 4)), 0)
                       << what << " block " << block;
-                  continue;
+                } else {
+                  for (int64_t j = 0; j < n; ++j) {
+                    double rel = 0;
+                    if (j < nvalid) {
+                      const double d = std::fabs(double(s1[size_t(j)]) - ms);
+                      rel = 2 * (dx(j) + dm + 2 * kU * d +
+                                 2 * (j < vec_end ? kExpU20Rel : kExpfRel));
+                    }
+                    p_rel_max = std::max(p_rel_max, rel);
+                    const float x1 = p_bf16
+                                         ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j])
+                                         : p1[size_t(j)];
+                    const float x2 = p_bf16
+                                         ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j])
+                                         : p2[size_t(j)];
+                    ASSERT_NEAR(x2, x1, (p_bf16 ? 0x1p-7 : rel) * x1) << what << " column " << j;
+                  }
                 }
-                for (int64_t j = 0; j < n; ++j) {  // bf16 P: one ulp; f32 P: a few float ulps
-                  const float x1 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p1.data())[j])
-                                          : p1[size_t(j)];
-                  const float x2 = p_bf16 ? bf16_to_f32(reinterpret_cast<uint16_t*>(p2.data())[j])
-                                          : p2[size_t(j)];
-                  ASSERT_NEAR(x2, x1, (p_bf16 ? 8e-3 : 1e-6) * x1) << what << " column " << j;
+                // l: each against the exact sum of its own terms (f32 P holds them), and the two
+                // against each other (the other block's difference carried through alpha).
+                if (!p_bf16) {
+                  double Ls = double(ls_old) * a1, Lv = double(lv_old) * a2;
+                  for (int64_t j = 0; j < n; ++j) Ls += p1[size_t(j)], Lv += p2[size_t(j)];
+                  ASSERT_LE(std::fabs(ls - Ls), gamma_sum(depth_s) * Ls) << what << " scalar l";
+                  ASSERT_LE(std::fabs(lv - Lv), gamma_sum(depth_v) * Lv) << what << " block " << block;
                 }
+                // (x 1.01: the second-order terms)
+                lrel = 1.01 * (gamma_sum(depth_s) + gamma_sum(depth_v) +
+                               std::max(lrel + alpha_rel, p_rel_max));
+                ASSERT_NEAR(lv, ls, lrel * ls) << what << " block " << block;
               }
               ++checked;
             }

@@ -64,6 +64,10 @@ struct NoPump {
 
 // pump() is called once per 16-score vector of the exp pass: the AMX kernel issues tile products
 // from it, so the TMUL unit works while this loop runs (NoPump elsewhere).
+// The including files are built with FMA contraction (attention_avx2.cpp is not): s * scale - max
+// and s * scale + add each round once where the scalar row rounds twice, so exp's argument d moves
+// by up to ~2^-24 (|s * scale| + 2 |d|) and P by that, relative, against the scalar row's bits
+// (docs/decisions/0018-isa-kernel-guarantees.md).
 template <bool kBf16Native, typename Pump = NoPump>
 float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float* add, float* m,
                   float* l, void* p, bool p_bf16, Pump&& pump = Pump()) {
