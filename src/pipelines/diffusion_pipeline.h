@@ -102,6 +102,8 @@ class DiffusionPipeline {
   std::map<std::string, const ComponentInfo*> components_;
   struct Loading;
   std::unique_ptr<Loading> loading_;  // alive between begin_loading and finish_loading
+  // The derived pipeline owns the models, so they are destroyed before these records: a record
+  // never touches its model when destroyed (OffloadedModel), and `model` is only compared then.
   struct Loaded {
     std::string name;
     Module* model;
