@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "io/model_folder.h"
 #include "io/png.h"
-#include "pipelines/flux_pipeline.h"
+#include "pipelines/registry.h"
 #include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/modes.h"
@@ -121,16 +121,14 @@ int run_generate(const GenerateOptions& o) {
   if (load.offload != OffloadMode::none) load.offload_device = load.device;
   cpu_allocator().reset_peak();
   const double t_load = now_seconds();
-  const PipelineFolder folder = open_pipeline_folder(model);
-  TESSERA_CHECK(folder.class_name == "FluxPipeline", model, ": pipeline class '",
-                folder.class_name, "' is not supported yet (supported: FluxPipeline)");
-  auto pipe = FluxPipeline::from_pretrained(model, load);
-  if (compile_full || o.compile_regional) pipe->transformer->reset_compile();
-  if (compile_full) pipe->transformer->compile();
-  if (o.compile_regional) pipe->transformer->compile_repeated_blocks();
+  // The class model_index.json names (pipelines/registry.h); compile applies to its denoiser.
+  auto pipe = DiffusionPipeline::from_pretrained(model, load);
+  if (compile_full || o.compile_regional) pipe->denoiser().reset_compile();
+  if (compile_full) pipe->denoiser().compile();
+  if (o.compile_regional) pipe->denoiser().compile_repeated_blocks();
   const double load_seconds = now_seconds() - t_load;
 
-  FluxCallOptions call;
+  TextToImageOptions call;
   call.prompt = {o.prompt};
   if (!o.prompt_2.empty()) call.prompt_2 = std::vector<std::string>{o.prompt_2};
   call.height = o.height;
@@ -143,14 +141,14 @@ int run_generate(const GenerateOptions& o) {
   call.guidance_scale = o.guidance;
   call.num_images_per_prompt = o.num_images;
   call.seed = o.seed;
-  const FluxDefaults d = pipe->defaults();
+  const PipelineDefaults d = pipe->pipeline_defaults();
   call.max_sequence_length =
       o.max_sequence_length.value_or(bundled.max_sequence_length.value_or(d.max_sequence_length));
   const double t_steps = now_seconds();
   call.on_step_end = [&](int i, int n, const Tensor&) {
     show_progress(i + 1, n, now_seconds() - t_steps);
   };
-  const PipelineOutput out = (*pipe)(call);
+  const PipelineOutput out = pipe->generate(call);
 
   const int steps = o.steps.value_or(d.num_inference_steps);
   const double guidance = o.guidance.value_or(d.guidance_scale);
@@ -170,7 +168,7 @@ int run_generate(const GenerateOptions& o) {
     for (double s : out.times.step_seconds) step_total += s;
     nlohmann::json r = {
         {"model", model},
-        {"pipeline", folder.class_name},
+        {"pipeline", pipe->class_name()},
         {"prompt", o.prompt},
         {"seed", out.seed},
         {"height", info.height},

@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
+#include "pipelines/registry.h"
 #include "runtime/error.h"
 
 namespace tessera::cli {
@@ -137,7 +138,13 @@ void print_pipeline(const std::string& path, bool tensors) {
   const PipelineFolder p = open_pipeline_folder(path);
   say("pipeline: %s", p.class_name.c_str());
   if (!p.diffusers_version.empty()) say(" (diffusers %s)", p.diffusers_version.c_str());
-  say("\npath: %s\ncomponents:\n", p.path.c_str());
+  say("\npath: %s\n", p.path.c_str());
+  if (find_pipeline_class(p.class_name))
+    say("tessera: runs %s (generate)\n", p.class_name.c_str());
+  else
+    say("tessera: does not run %s (it runs %s)\n", p.class_name.c_str(),
+        supported_pipeline_classes().c_str());
+  say("components:\n");
   for (const auto& c : p.components) {
     if (c.library.empty()) {
       say("  %s: none\n", c.name.c_str());
@@ -145,6 +152,12 @@ void print_pipeline(const std::string& path, bool tensors) {
     }
     say("  %s: %s %s%s\n", c.name.c_str(), c.library.c_str(), c.class_name.c_str(),
         c.present ? "" : " (folder missing)");
+    if (const ComponentClass* cls = find_component_class(c.class_name)) {
+      std::string as = c.name;
+      for (size_t i = 0; i < cls->methods.size(); ++i)
+        as += (i ? ", " : ".") + std::string(i ? c.name + "." : "") + cls->methods[i];
+      say("    tessera: %s (run --component %s)\n", cls->role.c_str(), as.c_str());
+    }
     if (c.present) print_component_body(c, tensors, "    ");
   }
 }

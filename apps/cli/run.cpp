@@ -14,11 +14,8 @@
 #include "commands.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
-#include "models/autoencoder_kl.h"
-#include "models/clip_text_model.h"
-#include "models/flux_transformer.h"
-#include "models/t5_encoder.h"
 #include "ops/copy.h"
+#include "pipelines/registry.h"
 #include "runtime/error.h"
 
 namespace tessera::cli {
@@ -29,36 +26,6 @@ struct RunOptions {
   bool capture = false;
   bool hidden_states = false;
 };
-
-// One forward() argument: its name, the ranks accepted and the layout shown in errors.
-struct InputSpec {
-  const char* name;
-  std::vector<int64_t> ranks;
-  const char* layout;
-  bool required;
-};
-
-const char* const kSupported =
-    "CLIPTextModel, CLIPTextModelWithProjection, T5EncoderModel (as text_encoder*), "
-    "FluxTransformer2DModel (transformer), AutoencoderKL / AutoencoderKLFlux2 (as vae.decode, "
-    "vae.encode)";
-
-std::vector<InputSpec> input_specs(const std::string& class_name, const std::string& method) {
-  if (class_name == "CLIPTextModel" || class_name == "CLIPTextModelWithProjection" ||
-      class_name == "T5EncoderModel")
-    return {{"input_ids", {2}, "(B, L) integer token ids", true},
-            {"attention_mask", {2}, "(B, L), nonzero = attend", false}};
-  if (class_name == "FluxTransformer2DModel")
-    return {{"hidden_states", {3}, "(B, L_img, in_channels)", true},
-            {"encoder_hidden_states", {3}, "(B, L_txt, joint_attention_dim)", true},
-            {"pooled_projections", {2}, "(B, pooled_projection_dim)", true},
-            {"timestep", {1}, "(B,)", true},
-            {"img_ids", {2, 3}, "(L_img, 3)", true},
-            {"txt_ids", {2, 3}, "(L_txt, 3)", true},
-            {"guidance", {1}, "(B,), FLUX.1-dev only", false}};
-  if (method == "decode") return {{"z", {4}, "(B, latent_channels, h, w)", true}};
-  return {{"sample", {4}, "(B, in_channels, H, W)", true}};
-}
 
 std::string join_names(const std::vector<InputSpec>& specs) {
   std::string s;
@@ -72,10 +39,12 @@ std::string component_names(const PipelineFolder& p) {
   std::string s;
   for (const auto& c : p.components) {
     if (c.library.empty()) continue;
-    if (c.class_name.rfind("AutoencoderKL", 0) == 0)
-      s += (s.empty() ? "" : ", ") + c.name + ".decode, " + c.name + ".encode";
-    else
+    const ComponentClass* cls = find_component_class(c.class_name);
+    if (!cls || cls->methods.empty()) {
       s += (s.empty() ? "" : ", ") + c.name;
+      continue;
+    }
+    for (const auto& m : cls->methods) s += (s.empty() ? "" : ", ") + c.name + "." + m;
   }
   return s;
 }
@@ -119,71 +88,6 @@ std::map<std::string, Tensor> check_inputs(const std::map<std::string, Tensor>& 
   return out;
 }
 
-void add_hidden_states(const std::vector<Tensor>& hs, std::map<std::string, Tensor>* out) {
-  for (size_t i = 0; i < hs.size(); ++i) (*out)["hidden_states." + std::to_string(i)] = hs[i];
-}
-
-// Runs the component; fills the named outputs and, when `capture` is set, the intermediates.
-void run_component(const ComponentInfo& c, const std::string& method, DType dtype,
-                   const std::map<std::string, Tensor>& in, bool hidden_states,
-                   std::map<std::string, Tensor>* out, std::map<std::string, Tensor>* capture) {
-  const std::string& cls = c.class_name;
-  auto get = [&](const char* name) {
-    auto it = in.find(name);
-    return it == in.end() ? Tensor() : it->second;
-  };
-  if (cls == "CLIPTextModel" || cls == "CLIPTextModelWithProjection") {
-    const CLIPTextForwardOptions opt{.output_hidden_states = hidden_states,
-                                     .attention_mask = get("attention_mask")};
-    CLIPTextOutput r;
-    if (cls == "CLIPTextModel") {
-      r = CLIPTextModel::from_pretrained(c.path, dtype)->forward(get("input_ids"), capture, opt);
-    } else {
-      r = CLIPTextModelWithProjection::from_pretrained(c.path, dtype)
-              ->forward(get("input_ids"), capture, opt);
-      (*out)["text_embeds"] = r.text_embeds;
-    }
-    (*out)["last_hidden_state"] = r.last_hidden_state;
-    (*out)["pooler_output"] = r.pooler_output;
-    add_hidden_states(r.hidden_states, out);
-  } else if (cls == "T5EncoderModel") {
-    const T5EncoderForwardOptions opt{.output_hidden_states = hidden_states,
-                                      .attention_mask = get("attention_mask")};
-    const T5EncoderOutput r =
-        T5EncoderModel::from_pretrained(c.path, dtype)->forward(get("input_ids"), capture, opt);
-    (*out)["last_hidden_state"] = r.last_hidden_state;
-    add_hidden_states(r.hidden_states, out);
-  } else if (cls == "FluxTransformer2DModel") {
-    const FluxTransformerInputs fi{get("hidden_states"),
-                                   get("encoder_hidden_states"),
-                                   get("pooled_projections"),
-                                   get("timestep"),
-                                   get("img_ids"),
-                                   get("txt_ids"),
-                                   get("guidance")};
-    (*out)["sample"] = FluxTransformer2DModel::from_pretrained(c.path, dtype)->forward(fi, capture);
-  } else {  // AutoencoderKL(Flux2), checked by the caller
-    const auto vae = AutoencoderKL::from_pretrained(c.path, dtype);
-    if (method == "decode") {
-      (*out)["sample"] = vae->decode(get("z"), capture);
-    } else {
-      // AutoencoderKLOutput.latent_dist, flattened as the goldens name its fields (mode() too).
-      const DiagonalGaussianDistribution d = vae->encode(get("sample"), capture);
-      (*out)["latent_dist.parameters"] = d.parameters;
-      (*out)["latent_dist.mean"] = d.mean;
-      (*out)["latent_dist.logvar"] = d.logvar;
-      (*out)["latent_dist.std"] = d.std;
-      (*out)["latent_dist.var"] = d.var;
-      (*out)["latent_dist.mode"] = d.mode();
-      if (vae->config().is_flux2()) {
-        // The BatchNorm statistics Flux2 pipelines normalise latents with, as the goldens keep.
-        (*out)["bn.running_mean"] = vae->bn_running_mean;
-        (*out)["bn.running_var"] = vae->bn_running_var;
-      }
-    }
-  }
-}
-
 int run_run(const RunOptions& o) {
   const PipelineFolder p = open_pipeline_folder(o.model);
   // "vae.decode" -> component "vae", method "decode".
@@ -203,16 +107,22 @@ int run_run(const RunOptions& o) {
   TESSERA_CHECK(c.present, "component folder '", c.path, "' is missing (model_index.json lists ",
                 name, " as ", c.class_name, ")");
 
-  const bool is_vae = c.class_name == "AutoencoderKL" || c.class_name == "AutoencoderKLFlux2";
-  const bool is_other =
-      c.class_name == "CLIPTextModel" || c.class_name == "CLIPTextModelWithProjection" ||
-      c.class_name == "T5EncoderModel" || c.class_name == "FluxTransformer2DModel";
-  TESSERA_CHECK(is_vae || is_other, "component '", name, "' is a ", c.class_name,
-                ", which tessera run does not support (supported: ", kSupported, ")");
-  TESSERA_CHECK(!is_vae || !method.empty(), "component '", name, "' is a ", c.class_name,
-                ": run it as ", name, ".decode or ", name, ".encode");
-  TESSERA_CHECK(is_vae || method.empty(), "component '", name, "' is a ", c.class_name,
-                ", which has no .", method, " (components: ", component_names(p), ")");
+  const ComponentClass* cls = find_component_class(c.class_name);
+  TESSERA_CHECK(cls, "component '", name, "' is a ", c.class_name,
+                ", which tessera run does not support (supported: ",
+                supported_component_classes(), ")");
+  const auto& methods = cls->methods;
+  if (method.empty()) {
+    std::string as;
+    for (size_t i = 0; i < methods.size(); ++i)
+      as += (i ? (i + 1 == methods.size() ? " or " : ", ") : "") + name + "." + methods[i];
+    TESSERA_CHECK(methods.empty(), "component '", name, "' is a ", c.class_name, ": run it as ",
+                  as);
+  } else {
+    TESSERA_CHECK(std::find(methods.begin(), methods.end(), method) != methods.end(),
+                  "component '", name, "' is a ", c.class_name, ", which has no .", method,
+                  " (components: ", component_names(p), ")");
+  }
 
   // Fail before loading a large model, not after running it.
   const std::filesystem::path out_dir = std::filesystem::absolute(o.output).parent_path();
@@ -220,12 +130,13 @@ int run_run(const RunOptions& o) {
                 out_dir.string(), ")");
 
   const DType dtype = dtype_from_name(o.dtype);
-  const std::vector<InputSpec> specs = input_specs(c.class_name, method);
+  const std::vector<InputSpec> specs = cls->inputs(method);
   const std::map<std::string, Tensor> in =
       check_inputs(load_safetensors(o.inputs), specs, c.class_name, o.inputs, dtype);
 
-  std::map<std::string, Tensor> out, capture;
-  run_component(c, method, dtype, in, o.hidden_states, &out, o.capture ? &capture : nullptr);
+  std::map<std::string, Tensor> capture;
+  std::map<std::string, Tensor> out = cls->run(
+      c.path, dtype, in, {method, o.hidden_states, o.capture ? &capture : nullptr});
   for (const auto& [k, v] : capture) {
     // Output fields and module paths never coincide in these classes; keep the output if so.
     out.emplace(k, v);

@@ -1,6 +1,5 @@
 #include "models/autoencoder_kl.h"
 
-#include <filesystem>
 #include <optional>
 #include <sstream>
 
@@ -172,22 +171,11 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& config)
   }
 }
 
-std::unique_ptr<AutoencoderKL> AutoencoderKL::from_pretrained(const std::string& folder,
-                                                              DType dtype) {
-  constexpr const char* where = "[AutoencoderKL]";
-  TESSERA_CHECK(dtype == DType::f32 || dtype == DType::bf16, where, " dtype ", dtype_name(dtype),
-                " is not supported; use f32 or bf16");
-  TESSERA_CHECK(std::filesystem::is_directory(folder), where, " component folder '", folder,
-                "' does not exist");
-  const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
-  TESSERA_CHECK(std::filesystem::exists(config_path), where, " no config.json in '", folder, "'");
-  auto model = std::make_unique<AutoencoderKL>(
-      AutoencoderKLConfig::from_json(JsonConfig::load(config_path)));
-  model->dtype_ = dtype;
-  const auto checkpoint = CheckpointWeightSource::open(folder);
-  const RenamedWeightSource source(
+std::unique_ptr<WeightSource> AutoencoderKL::weight_source(
+    const CheckpointWeightSource& checkpoint) {
+  return std::make_unique<RenamedWeightSource>(
       checkpoint,
-      [&](const std::string& n) {
+      [&checkpoint](const std::string& n) {
         return checkpoint.contains(n)
                    ? n
                    : renamed_attention(n, kNewAttentionNames, kOldAttentionNames);
@@ -195,20 +183,10 @@ std::unique_ptr<AutoencoderKL> AutoencoderKL::from_pretrained(const std::string&
       [](const std::string& n) {
         return renamed_attention(n, kOldAttentionNames, kNewAttentionNames);
       });
-  LoadOptions options;
-  options.dtype = dtype;
-  std::vector<std::string> unused;
-  for (const auto& n : model->load_weights(source, options))
-    if (n != "bn.num_batches_tracked") unused.push_back(n);  // a training counter
-  // Tensors the config has no place for mean the config does not describe these weights
-  // (e.g. use_quant_conv false but quant_conv weights present).
-  if (!unused.empty()) {
-    std::string names;
-    for (size_t i = 0; i < unused.size() && i < 5; ++i) names += (i ? ", " : "") + unused[i];
-    TESSERA_FAIL(where, " ", source.describe(), " has ", unused.size(), " tensor(s) that ",
-                 config_path, " has no place for: ", names, unused.size() > 5 ? ", ..." : "");
-  }
-  return model;
+}
+
+bool AutoencoderKL::ignored_tensor(const std::string& name) {
+  return name == "bn.num_batches_tracked";  // a training counter
 }
 
 int64_t AutoencoderKL::scale_factor() const {
@@ -221,9 +199,8 @@ Tensor AutoencoderKL::decode(const Tensor& z, std::map<std::string, Tensor>* cap
                 ", h, w), got ", z.describe());
   TESSERA_CHECK(z.dtype() == dtype_, "[AutoencoderKL.decode] z is ", dtype_name(z.dtype()),
                 " but the model is ", dtype_name(dtype_), "; convert it first");
-  if (capture || !compiled_whole())
-    return decode_eager(z, capture);
-  return call_compiled({z}, [&](const std::vector<Tensor>& x) {
+  if (capture) return decode_eager(z, capture);  // activations need eager
+  return call({z}, [&](const std::vector<Tensor>& x) {
     return std::vector<Tensor>{decode_eager(x[0], nullptr)};
   })[0];
 }

@@ -15,6 +15,7 @@
 
 #include "io/json_config.h"
 #include "models/vae_blocks.h"
+#include "nn/pretrained.h"
 #include "runtime/random.h"
 
 namespace tessera {
@@ -66,13 +67,24 @@ class AutoencoderKL : public Module {
   explicit AutoencoderKL(const AutoencoderKLConfig& config);
   // Reads <folder>/config.json and loads the checkpoint converted to `dtype` (f32 or bf16).
   static std::unique_ptr<AutoencoderKL> from_pretrained(const std::string& component_folder,
-                                                        DType dtype);
+                                                        DType dtype) {
+    return load_pretrained<AutoencoderKL>(component_folder, dtype);
+  }
+  // For load_pretrained (nn/pretrained.h): older checkpoints name the attention's projections
+  // query/key/value/proj_attn.
+  static constexpr const char* kPretrainedName = "[AutoencoderKL]";
+  static AutoencoderKLConfig config_from_json(const JsonConfig& c) {
+    return AutoencoderKLConfig::from_json(c);
+  }
+  static std::unique_ptr<WeightSource> weight_source(const CheckpointWeightSource& checkpoint);
+  static bool ignored_tensor(const std::string& name);
+  void loaded(const WeightSource&, DType dtype) { dtype_ = dtype; }
 
   // z (B, latent_channels, h, w), already un-scaled by the pipeline -> sample (B, out, 8h, 8w)
   // for 4 blocks. With `capture`, records post_quant_conv (when present) and decoder.conv_in,
   // decoder.mid_block (and .resnets.N / .attentions.0), decoder.up_blocks.N,
   // decoder.conv_norm_out, decoder.conv_out.
-  // After compile(), a call without `capture` runs one program per latent shape and dtype.
+  // Without `capture` it goes through Module::call (z in, sample out).
   Tensor decode(const Tensor& z, std::map<std::string, Tensor>* capture = nullptr) const;
   // sample (B, in_channels, H, W) -> the latent distribution. With `capture`, records
   // encoder.conv_in, encoder.down_blocks.N, encoder.mid_block (...), encoder.conv_norm_out,

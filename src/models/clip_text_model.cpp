@@ -1,7 +1,6 @@
 #include "models/clip_text_model.h"
 
 #include <cmath>
-#include <filesystem>
 
 #include "nn/checkpoint_source.h"
 #include "ops/attention.h"
@@ -30,38 +29,6 @@ std::string with_text_model_prefix(const std::string& name) {
 void require_positive(const JsonConfig& c, const char* key, int64_t v) {
   TESSERA_CHECK(v > 0, "[CLIPTextModel] unsupported value ", key, "=", v, " in ", c.source(),
                 "; expected a positive integer");
-}
-
-// Builds the model from <folder>/config.json and fills it from the folder's checkpoint.
-template <typename Model>
-std::unique_ptr<Model> load_clip(const std::string& folder, DType dtype, bool with_projection,
-                                 const char* where) {
-  TESSERA_CHECK(dtype == DType::f32 || dtype == DType::bf16, where, " dtype ", dtype_name(dtype),
-                " is not supported; use f32 or bf16");
-  TESSERA_CHECK(std::filesystem::is_directory(folder), where, " component folder '", folder,
-                "' does not exist");
-  const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
-  TESSERA_CHECK(std::filesystem::exists(config_path), where, " no config.json in '", folder, "'");
-  auto model = std::make_unique<Model>(
-      CLIPTextConfig::from_json(JsonConfig::load(config_path), with_projection));
-  const auto checkpoint = CheckpointWeightSource::open(folder);
-  const bool prefixed = checkpoint.contains("text_model.embeddings.token_embedding.weight");
-  const RenamedWeightSource bare(checkpoint, without_text_model_prefix, with_text_model_prefix);
-  const WeightSource& source = prefixed ? static_cast<const WeightSource&>(checkpoint) : bare;
-  std::vector<std::string> unused;
-  for (const auto& n : model->load_weights(source, {.dtype = dtype})) {
-    // Older checkpoints store the position_ids buffer; it is always arange(L).
-    if (n.find("embeddings.position_ids") != std::string::npos) continue;
-    unused.push_back(n);
-  }
-  // Tensors the config has no place for mean the config does not describe these weights.
-  if (!unused.empty()) {
-    std::string names;
-    for (size_t i = 0; i < unused.size() && i < 5; ++i) names += (i ? ", " : "") + unused[i];
-    TESSERA_FAIL(where, " ", source.describe(), " has ", unused.size(), " tensor(s) that ",
-                 config_path, " has no place for: ", names, unused.size() > 5 ? ", ..." : "");
-  }
-  return model;
 }
 
 Tensor apply_activation(const std::string& name, const Tensor& x) {
@@ -242,18 +209,15 @@ CLIPTextOutput CLIPTextTransformer::forward(const Tensor& input_ids,
 
 namespace {
 
-// A CLIP text model's forward through its compiled program, when compile() was called and no
-// activations are captured: ids and the optional mask are the inputs; pooler_output,
-// text_embeds (`projected` models) and hidden_states come back as extra outputs. `compiled` is
-// the model's call_compiled.
-template <typename Model, typename Eager, typename Compiled>
-CLIPTextOutput clip_forward(const Model& m, bool projected, const Tensor& input_ids,
+// A CLIP text model's forward through Module::call unless activations are captured (they need
+// eager): ids and the optional mask are the inputs; pooler_output, text_embeds (`projected`
+// models) and hidden_states come back as extra outputs. `call` is the model's Module::call.
+template <typename Eager, typename Call>
+CLIPTextOutput clip_forward(bool projected, const Tensor& input_ids,
                             std::map<std::string, Tensor>* capture,
-                            const CLIPTextForwardOptions& options, Eager&& eager,
-                            Compiled&& compiled) {
-  if (capture || !m.compiled_whole())
-    return eager(input_ids, capture, options);
-  const auto outs = compiled(
+                            const CLIPTextForwardOptions& options, Eager&& eager, Call&& call) {
+  if (capture) return eager(input_ids, capture, options);
+  const auto outs = call(
       std::vector<Tensor>{input_ids, options.attention_mask},
       [&](const std::vector<Tensor>& x) {
         CLIPTextForwardOptions o = options;
@@ -275,27 +239,31 @@ CLIPTextOutput clip_forward(const Model& m, bool projected, const Tensor& input_
 
 }  // namespace
 
-CLIPTextModel::CLIPTextModel(const CLIPTextConfig& c) : text_model(c) {
-  register_module("text_model", &text_model);
+std::unique_ptr<WeightSource> clip_weight_source(const CheckpointWeightSource& checkpoint) {
+  if (checkpoint.contains("text_model.embeddings.token_embedding.weight")) return nullptr;
+  return std::make_unique<RenamedWeightSource>(checkpoint, without_text_model_prefix,
+                                               with_text_model_prefix);
 }
 
-std::unique_ptr<CLIPTextModel> CLIPTextModel::from_pretrained(const std::string& folder,
-                                                              DType dtype) {
-  auto model = load_clip<CLIPTextModel>(folder, dtype, false, "[CLIPTextModel]");
-  model->dtype_ = dtype;
-  return model;
+bool clip_ignored_tensor(const std::string& name) {
+  // Older checkpoints store the position_ids buffer; it is always arange(L).
+  return name.find("embeddings.position_ids") != std::string::npos;
+}
+
+CLIPTextModel::CLIPTextModel(const CLIPTextConfig& c) : text_model(c) {
+  register_module("text_model", &text_model);
 }
 
 CLIPTextOutput CLIPTextModel::forward(const Tensor& input_ids,
                                       std::map<std::string, Tensor>* capture,
                                       const CLIPTextForwardOptions& options) const {
   return clip_forward(
-      *this, false, input_ids, capture, options,
+      false, input_ids, capture, options,
       [&](const Tensor& ids, std::map<std::string, Tensor>* cap, const CLIPTextForwardOptions& o) {
         return text_model.forward(ids, o, cap, kTextModelPrefix);
       },
-      [&](const std::vector<Tensor>& in, const CompiledFunction::Fn& body, int64_t variant) {
-        return call_compiled(in, body, variant);
+      [&](const std::vector<Tensor>& in, const Body& body, int64_t variant) {
+        return call(in, body, variant);
       });
 }
 
@@ -305,27 +273,19 @@ CLIPTextModelWithProjection::CLIPTextModelWithProjection(const CLIPTextConfig& c
   register_module("text_projection", &text_projection);
 }
 
-std::unique_ptr<CLIPTextModelWithProjection> CLIPTextModelWithProjection::from_pretrained(
-    const std::string& folder, DType dtype) {
-  auto model =
-      load_clip<CLIPTextModelWithProjection>(folder, dtype, true, "[CLIPTextModelWithProjection]");
-  model->dtype_ = dtype;
-  return model;
-}
-
 CLIPTextOutput CLIPTextModelWithProjection::forward(const Tensor& input_ids,
                                                     std::map<std::string, Tensor>* capture,
                                                     const CLIPTextForwardOptions& options) const {
   return clip_forward(
-      *this, true, input_ids, capture, options,
+      true, input_ids, capture, options,
       [&](const Tensor& ids, std::map<std::string, Tensor>* cap, const CLIPTextForwardOptions& o) {
         CLIPTextOutput out = text_model.forward(ids, o, cap, kTextModelPrefix);
         out.text_embeds = text_projection(out.pooler_output);
         if (cap) (*cap)["text_projection"] = out.text_embeds;
         return out;
       },
-      [&](const std::vector<Tensor>& in, const CompiledFunction::Fn& body, int64_t variant) {
-        return call_compiled(in, body, variant);
+      [&](const std::vector<Tensor>& in, const Body& body, int64_t variant) {
+        return call(in, body, variant);
       });
 }
 

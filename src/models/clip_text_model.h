@@ -9,6 +9,7 @@
 
 #include "io/json_config.h"
 #include "nn/layers.h"
+#include "nn/pretrained.h"
 
 namespace tessera {
 
@@ -100,13 +101,29 @@ class CLIPTextTransformer : public Module {
 
 }  // namespace clip
 
+// For load_pretrained (nn/pretrained.h): transformers 5 saves the weights without the
+// `text_model.` prefix that published checkpoints use; both load.
+std::unique_ptr<WeightSource> clip_weight_source(const CheckpointWeightSource& checkpoint);
+bool clip_ignored_tensor(const std::string& name);
+
 class CLIPTextModel : public Module {
  public:
   explicit CLIPTextModel(const CLIPTextConfig& config);
   // Reads <folder>/config.json and loads the checkpoint converted to `dtype` (f32 or bf16).
   // Weights may be named with or without the `text_model.` prefix.
   static std::unique_ptr<CLIPTextModel> from_pretrained(const std::string& component_folder,
-                                                        DType dtype);
+                                                        DType dtype) {
+    return load_pretrained<CLIPTextModel>(component_folder, dtype);
+  }
+  static constexpr const char* kPretrainedName = "[CLIPTextModel]";
+  static CLIPTextConfig config_from_json(const JsonConfig& c) {
+    return CLIPTextConfig::from_json(c, false);
+  }
+  static std::unique_ptr<WeightSource> weight_source(const CheckpointWeightSource& checkpoint) {
+    return clip_weight_source(checkpoint);
+  }
+  static bool ignored_tensor(const std::string& name) { return clip_ignored_tensor(name); }
+  void loaded(const WeightSource&, DType dtype) { dtype_ = dtype; }
   // input_ids (B, L) i64 with L <= max_position_embeddings. With `capture`, records the
   // activations the goldens name: text_model.embeddings, text_model.encoder.layers.N,
   // text_model.final_layer_norm.
@@ -125,7 +142,18 @@ class CLIPTextModelWithProjection : public Module {
  public:
   explicit CLIPTextModelWithProjection(const CLIPTextConfig& config);
   static std::unique_ptr<CLIPTextModelWithProjection> from_pretrained(
-      const std::string& component_folder, DType dtype);
+      const std::string& component_folder, DType dtype) {
+    return load_pretrained<CLIPTextModelWithProjection>(component_folder, dtype);
+  }
+  static constexpr const char* kPretrainedName = "[CLIPTextModelWithProjection]";
+  static CLIPTextConfig config_from_json(const JsonConfig& c) {
+    return CLIPTextConfig::from_json(c, true);
+  }
+  static std::unique_ptr<WeightSource> weight_source(const CheckpointWeightSource& checkpoint) {
+    return clip_weight_source(checkpoint);
+  }
+  static bool ignored_tensor(const std::string& name) { return clip_ignored_tensor(name); }
+  void loaded(const WeightSource&, DType dtype) { dtype_ = dtype; }
   // As CLIPTextModel::forward, plus text_embeds (recorded as "text_projection").
   CLIPTextOutput forward(const Tensor& input_ids, std::map<std::string, Tensor>* capture = nullptr,
                          const CLIPTextForwardOptions& options = {}) const;

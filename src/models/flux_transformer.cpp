@@ -1,11 +1,5 @@
 #include "models/flux_transformer.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-
-#include "io/model_folder.h"
-#include "nn/checkpoint_source.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
@@ -30,7 +24,100 @@ Tensor unbatched_ids(const Tensor& ids, const char* name) {
   return ids.ndim() == 3 ? ids.select(0, 0) : ids;
 }
 
+// diffusers clips fp16 residual streams to the finite range.
+Tensor clip_f16(const Tensor& x) {
+  if (x.dtype() != DType::f16) return x;
+  return minimum(maximum(x, -65504.0), 65504.0);
+}
+
 }  // namespace
+
+FluxTransformerBlock::FluxTransformerBlock(int64_t dim, int64_t num_heads, int64_t head_dim)
+    : norm1(dim),
+      norm1_context(dim),
+      attn(dim, num_heads, head_dim, /*added_kv_proj=*/true, /*pre_only=*/false, 1e-6),
+      norm2(dim, 1e-6, /*elementwise_affine=*/false),
+      norm2_context(dim, 1e-6, /*elementwise_affine=*/false),
+      ff(dim, dim),
+      ff_context(dim, dim) {
+  register_module("norm1", &norm1);
+  register_module("norm1_context", &norm1_context);
+  register_module("attn", &attn);
+  register_module("norm2", &norm2);
+  register_module("ff", &ff);
+  register_module("norm2_context", &norm2_context);
+  register_module("ff_context", &ff_context);
+}
+
+FluxBlockOutput FluxTransformerBlock::operator()(const Tensor& hidden_states,
+                                                 const Tensor& encoder_hidden_states,
+                                                 const Tensor& temb,
+                                                 const nn::RotaryEmbedding& rotary) const {
+  const auto out = call(
+      {hidden_states, encoder_hidden_states, temb, rotary.cos, rotary.sin},
+      [this](const std::vector<Tensor>& in) {
+        const FluxBlockOutput o =
+            forward_impl(in[0], in[1], in[2], nn::RotaryEmbedding{in[3], in[4]});
+        return std::vector<Tensor>{o.encoder_hidden_states, o.hidden_states};
+      });
+  return {out[0], out[1]};
+}
+
+FluxBlockOutput FluxTransformerBlock::forward_impl(const Tensor& hidden_states,
+                                                   const Tensor& encoder_hidden_states,
+                                                   const Tensor& temb,
+                                                   const nn::RotaryEmbedding& rotary) const {
+  auto n = norm1(hidden_states, temb);
+  auto nc = norm1_context(encoder_hidden_states, temb);
+  auto a = attn(n.x, nc.x, &rotary);
+
+  Tensor hs = hidden_states + n.gate_msa.unsqueeze(1) * a.hidden_states;
+  Tensor ff_out = ff(nn::modulate(norm2(hs), n.shift_mlp, n.scale_mlp));
+  hs = hs + n.gate_mlp.unsqueeze(1) * ff_out;
+
+  Tensor enc = encoder_hidden_states + nc.gate_msa.unsqueeze(1) * a.encoder_hidden_states;
+  Tensor ctx_ff_out = ff_context(nn::modulate(norm2_context(enc), nc.shift_mlp, nc.scale_mlp));
+  enc = clip_f16(enc + nc.gate_mlp.unsqueeze(1) * ctx_ff_out);
+  return {enc, hs};
+}
+
+FluxSingleTransformerBlock::FluxSingleTransformerBlock(int64_t dim, int64_t num_heads,
+                                                       int64_t head_dim, double mlp_ratio)
+    : mlp_hidden_dim(int64_t(double(dim) * mlp_ratio)),
+      norm(dim),
+      proj_mlp(dim, mlp_hidden_dim),
+      proj_out(dim + mlp_hidden_dim, dim),
+      attn(dim, num_heads, head_dim, /*added_kv_proj=*/false, /*pre_only=*/true, 1e-6) {
+  register_module("norm", &norm);
+  register_module("proj_mlp", &proj_mlp);
+  register_module("proj_out", &proj_out);
+  register_module("attn", &attn);
+}
+
+FluxBlockOutput FluxSingleTransformerBlock::operator()(const Tensor& hidden_states,
+                                                       const Tensor& encoder_hidden_states,
+                                                       const Tensor& temb,
+                                                       const nn::RotaryEmbedding& rotary) const {
+  const int64_t text_len = encoder_hidden_states.dim(1);
+  const Tensor hs = forward_joint(concat({encoder_hidden_states, hidden_states}, 1), temb, rotary);
+  return {hs.slice(1, 0, text_len), hs.slice(1, text_len, hs.dim(1))};
+}
+
+Tensor FluxSingleTransformerBlock::forward_joint(const Tensor& residual, const Tensor& temb,
+                                                 const nn::RotaryEmbedding& rotary) const {
+  return call({residual, temb, rotary.cos, rotary.sin}, [this](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{forward_joint_impl(in[0], in[1], nn::RotaryEmbedding{in[2], in[3]})};
+  })[0];
+}
+
+Tensor FluxSingleTransformerBlock::forward_joint_impl(const Tensor& residual, const Tensor& temb,
+                                                      const nn::RotaryEmbedding& rotary) const {
+  auto n = norm(residual, temb);
+  Tensor mlp = gelu(proj_mlp(n.x), true);
+  Tensor attn_out = attn(n.x, Tensor(), &rotary).hidden_states;
+  Tensor hs = n.gate_msa.unsqueeze(1) * proj_out(concat({attn_out, mlp}, 2));
+  return clip_f16(residual + hs);
+}
 
 FluxTransformerConfig FluxTransformerConfig::from_json(const JsonConfig& c) {
   const std::string class_name = c.get_string("_class_name", "FluxTransformer2DModel");
@@ -83,10 +170,10 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg)
       proj_out(cfg.inner_dim(), cfg.patch_size * cfg.patch_size * cfg.out_channels) {
   const int64_t dim = cfg.inner_dim();
   for (int64_t i = 0; i < cfg.num_layers; ++i)
-    transformer_blocks.push_back(std::make_unique<flux::FluxTransformerBlock>(
+    transformer_blocks.push_back(std::make_unique<FluxTransformerBlock>(
         dim, cfg.num_attention_heads, cfg.attention_head_dim));
   for (int64_t i = 0; i < cfg.num_single_layers; ++i)
-    single_transformer_blocks.push_back(std::make_unique<flux::FluxSingleTransformerBlock>(
+    single_transformer_blocks.push_back(std::make_unique<FluxSingleTransformerBlock>(
         dim, cfg.num_attention_heads, cfg.attention_head_dim));
   register_module("time_text_embed", &time_text_embed);
   register_module("context_embedder", &context_embedder);
@@ -95,40 +182,6 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg)
   register_modules("single_transformer_blocks", single_transformer_blocks);
   register_module("norm_out", &norm_out);
   register_module("proj_out", &proj_out);
-}
-
-std::unique_ptr<FluxTransformer2DModel> FluxTransformer2DModel::from_pretrained(
-    const std::string& folder, DType dtype) {
-  TESSERA_CHECK(dtype == DType::f32 || dtype == DType::bf16, kWhere, " dtype ", dtype_name(dtype),
-                " is not supported; use f32 or bf16");
-  TESSERA_CHECK(std::filesystem::is_directory(folder), kWhere, " component folder '", folder,
-                "' does not exist");
-  const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
-  TESSERA_CHECK(std::filesystem::exists(config_path), kWhere, " no config.json in '", folder, "'");
-  auto model = std::make_unique<FluxTransformer2DModel>(
-      FluxTransformerConfig::from_json(JsonConfig::load(config_path)));
-  const auto source = CheckpointWeightSource::open(folder);
-  LoadOptions options;
-  options.dtype = dtype;
-  const auto unused = model->load_weights(source, options);
-  // Tensors the config has no place for mean the config does not describe these weights.
-  if (!unused.empty()) {
-    std::string names;
-    for (size_t i = 0; i < unused.size() && i < 5; ++i) names += (i ? ", " : "") + unused[i];
-    TESSERA_FAIL(kWhere, " ", source.describe(), " has ", unused.size(), " tensor(s) that ",
-                 config_path, " has no place for: ", names, unused.size() > 5 ? ", ..." : "");
-  }
-  model->dtype_ = dtype;
-  // TESSERA_COMPILE=full|regional: the test suites run every model test in compiled mode.
-  if (const char* mode = std::getenv("TESSERA_COMPILE"); mode && *mode) {
-    if (std::strcmp(mode, "full") == 0)
-      model->compile();
-    else if (std::strcmp(mode, "regional") == 0)
-      model->compile_repeated_blocks();
-    else
-      TESSERA_FAIL(kWhere, " TESSERA_COMPILE='", mode, "' is not a mode; use full or regional");
-  }
-  return model;
 }
 
 std::vector<std::string> FluxTransformer2DModel::capture_names() const {
@@ -147,10 +200,9 @@ std::vector<std::string> FluxTransformer2DModel::capture_names() const {
 
 Tensor FluxTransformer2DModel::forward(const FluxTransformerInputs& in,
                                        std::map<std::string, Tensor>* capture) const {
-  if (!compiled_whole()) return forward_eager(in, capture);
-  // Compiled: the inputs are the program's inputs; captured activations are extra outputs.
+  // Through call(): the inputs are its inputs; captured activations come back as extra outputs.
   const std::vector<std::string> names = capture ? capture_names() : std::vector<std::string>{};
-  const auto outs = call_compiled(
+  const auto outs = call(
       {in.hidden_states, in.encoder_hidden_states, in.pooled_projections, in.timestep, in.img_ids,
        in.txt_ids, in.guidance},
       [&](const std::vector<Tensor>& x) {
@@ -222,14 +274,12 @@ Tensor FluxTransformer2DModel::forward_eager(const FluxTransformerInputs& in,
   Tensor encoder_hidden_states = context_embedder(astype(in.encoder_hidden_states, dt));
   record("context_embedder", encoder_hidden_states);
 
-  const flux::RotaryEmbedding rotary = pos_embed(concat({txt_ids, img_ids}, 0));
+  const nn::RotaryEmbedding rotary = pos_embed(concat({txt_ids, img_ids}, 0));
   record("pos_embed.cos", rotary.cos);
   record("pos_embed.sin", rotary.sin);
 
   for (size_t i = 0; i < transformer_blocks.size(); ++i) {
-    const auto& block = *transformer_blocks[i];  // hooks: sequential offload streams weights
-    auto out = with_forward_hook(
-        block, [&] { return block(hidden_states, encoder_hidden_states, temb, rotary); });
+    const auto out = (*transformer_blocks[i])(hidden_states, encoder_hidden_states, temb, rotary);
     encoder_hidden_states = out.encoder_hidden_states;
     hidden_states = out.hidden_states;
     if (capture) {
@@ -243,8 +293,7 @@ Tensor FluxTransformer2DModel::forward_eager(const FluxTransformerInputs& in,
     const int64_t text_len = encoder_hidden_states.dim(1);
     Tensor joint = concat({encoder_hidden_states, hidden_states}, 1);
     for (size_t i = 0; i < single_transformer_blocks.size(); ++i) {
-      const auto& block = *single_transformer_blocks[i];
-      joint = with_forward_hook(block, [&] { return block.forward_joint(joint, temb, rotary); });
+      joint = single_transformer_blocks[i]->forward_joint(joint, temb, rotary);
       if (capture) {
         const std::string p = "single_transformer_blocks." + std::to_string(i);
         record(p + ".encoder_hidden_states", joint.slice(1, 0, text_len));

@@ -23,11 +23,6 @@ void require_positive(const JsonConfig& c, const char* key, int64_t v) {
                 "; expected a positive integer");
 }
 
-// Weights of a full T5 checkpoint that T5EncoderModel ignores, as transformers does.
-bool ignored_tensor(const std::string& name) {
-  return name.rfind("decoder.", 0) == 0 || name.rfind("lm_head.", 0) == 0;
-}
-
 }  // namespace
 
 T5Config T5Config::from_json(const JsonConfig& c) {
@@ -201,43 +196,27 @@ T5EncoderModel::T5EncoderModel(const T5Config& c)
   register_module("encoder.final_layer_norm", &final_layer_norm);
 }
 
-std::unique_ptr<T5EncoderModel> T5EncoderModel::from_pretrained(const std::string& folder,
-                                                                DType dtype) {
-  TESSERA_CHECK(dtype == DType::f32 || dtype == DType::bf16, kWhere, " dtype ", dtype_name(dtype),
-                " is not supported; use f32 or bf16");
-  TESSERA_CHECK(std::filesystem::is_directory(folder), kWhere, " component folder '", folder,
-                "' does not exist");
-  const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
-  TESSERA_CHECK(std::filesystem::exists(config_path), kWhere, " no config.json in '", folder, "'");
-  auto model = std::make_unique<T5EncoderModel>(T5Config::from_json(JsonConfig::load(config_path)));
-  const auto source = CheckpointWeightSource::open(folder);
-  std::vector<std::string> unused;
-  for (const auto& n : model->load_weights(source, {.dtype = dtype}))
-    if (!ignored_tensor(n)) unused.push_back(n);
-  // Tensors the config has no place for mean the config does not describe these weights.
-  if (!unused.empty()) {
-    std::string names;
-    for (size_t i = 0; i < unused.size() && i < 5; ++i) names += (i ? ", " : "") + unused[i];
-    TESSERA_FAIL(kWhere, " ", source.describe(), " has ", unused.size(), " tensor(s) that ",
-                 config_path, " has no place for: ", names, unused.size() > 5 ? ", ..." : "");
-  }
-  TESSERA_CHECK(model->shared.defined() || model->embed_tokens.defined(), kWhere, " ",
-                source.describe(), ": missing tensor 'shared.weight' (or its tied copy ",
+bool T5EncoderModel::ignored_tensor(const std::string& name) {
+  // A full T5 checkpoint's decoder, which T5EncoderModel ignores as transformers does.
+  return name.rfind("decoder.", 0) == 0 || name.rfind("lm_head.", 0) == 0;
+}
+
+void T5EncoderModel::loaded(const WeightSource& source, DType dtype) {
+  TESSERA_CHECK(shared.defined() || embed_tokens.defined(), kWhere, " ", source.describe(),
+                ": missing tensor 'shared.weight' (or its tied copy ",
                 "'encoder.embed_tokens.weight'), expected shape ",
-                shape_str({model->config.vocab_size, model->config.d_model}));
+                shape_str({config.vocab_size, config.d_model}));
   // The two names are one tied table; keep a single copy.
-  if (model->shared.defined()) model->embed_tokens = Tensor();
-  model->dtype_ = dtype;
-  return model;
+  if (shared.defined()) embed_tokens = Tensor();
+  dtype_ = dtype;
 }
 
 T5EncoderOutput T5EncoderModel::forward(const Tensor& input_ids,
                                         std::map<std::string, Tensor>* capture,
                                         const T5EncoderForwardOptions& options) const {
-  if (capture || !compiled_whole())
-    return forward_eager(input_ids, capture, options);
-  // Compiled: ids and the optional mask are the program's inputs; hidden_states extra outputs.
-  const auto outs = call_compiled(
+  if (capture) return forward_eager(input_ids, capture, options);  // activations need eager
+  // ids and the optional mask are call()'s inputs; hidden_states extra outputs.
+  const auto outs = call(
       {input_ids, options.attention_mask},
       [&](const std::vector<Tensor>& x) {
         T5EncoderForwardOptions o = options;

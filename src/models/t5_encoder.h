@@ -9,6 +9,7 @@
 
 #include "io/json_config.h"
 #include "nn/layers.h"
+#include "nn/pretrained.h"
 
 namespace tessera {
 
@@ -113,12 +114,18 @@ class T5EncoderModel : public Module {
   // Reads <folder>/config.json and loads the checkpoint converted to `dtype` (f32 or bf16). The
   // token table is "shared.weight" or, failing that, "encoder.embed_tokens.weight" (tied).
   static std::unique_ptr<T5EncoderModel> from_pretrained(const std::string& component_folder,
-                                                         DType dtype);
+                                                         DType dtype) {
+    return load_pretrained<T5EncoderModel>(component_folder, dtype);
+  }
+  // For load_pretrained (nn/pretrained.h).
+  static constexpr const char* kPretrainedName = "[T5EncoderModel]";
+  static T5Config config_from_json(const JsonConfig& c) { return T5Config::from_json(c); }
+  static bool ignored_tensor(const std::string& name);
+  void loaded(const WeightSource& source, DType dtype);
   // input_ids (B, L) i64. With `capture`, records the activations the goldens name:
   // encoder.embed_tokens, encoder.block.N(.position_bias), encoder.block.N.layer.0
   // (.position_bias), encoder.final_layer_norm.
-  // After compile(), a call without `capture` runs one program per input signature (ids, mask,
-  // output_hidden_states).
+  // Without `capture` the forward goes through Module::call (ids and mask in, outputs out).
   T5EncoderOutput forward(const Tensor& input_ids, std::map<std::string, Tensor>* capture = nullptr,
                           const T5EncoderForwardOptions& options = {}) const;
   DType dtype() const { return dtype_; }

@@ -126,6 +126,22 @@ void Module::compile_repeated_blocks(const CompileOptions& options) {
                   " has no block of class ", c);
 }
 
+std::vector<Module*> Module::repeated_block_modules() {
+  const auto classes = repeated_blocks();
+  const std::set<std::string> wanted(classes.begin(), classes.end());
+  std::vector<Module*> out;
+  std::function<void(Module&)> walk = [&](Module& m) {
+    for (auto& [name, child] : m.children_) {
+      if (wanted.count(child->class_name()))
+        out.push_back(child);
+      else
+        walk(*child);
+    }
+  };
+  if (!wanted.empty()) walk(*this);
+  return out;
+}
+
 void Module::reset_compile() {
   compiled_.reset();
   for (auto& [name, child] : children_) child->reset_compile();
@@ -143,9 +159,18 @@ std::map<std::string, int64_t> Module::compiled_programs() const {
   return out;
 }
 
-std::vector<Tensor> Module::call_compiled(const std::vector<Tensor>& inputs,
-                                          const CompiledFunction::Fn& body,
-                                          int64_t variant) const {
+std::vector<Tensor> Module::call(const std::vector<Tensor>& inputs, const Body& body,
+                                 int64_t variant) const {
+  ForwardHook* h = hook_.get();
+  if (!h) return run_program(inputs, body, variant);
+  h->pre_forward(*this);
+  auto out = run_program(inputs, body, variant);
+  h->post_forward(*this);
+  return out;
+}
+
+std::vector<Tensor> Module::run_program(const std::vector<Tensor>& inputs, const Body& body,
+                                        int64_t variant) const {
   if (!compiled_ || graph_detail::tracing()) return body(inputs);
   if (!compiled_->regional()) return (*compiled_)(inputs, body, variant);
   // Regional: the parameters are inputs too; while tracing, the slots hold their placeholders.

@@ -44,8 +44,8 @@ class LoadObserver {
 // Returns the previous observer; nullptr uninstalls.
 LoadObserver* set_load_observer(LoadObserver* observer);
 
-// Called around a repeated block's forward (sequential offload materialises the block's weights
-// before and releases them after; compiled block programs read the slots in between).
+// Called around a module's call(): sequential offload sets one on each repeated block to
+// materialise its weights before and release them after (block programs read the slots between).
 class ForwardHook {
  public:
   virtual ~ForwardHook() = default;
@@ -79,7 +79,7 @@ class Module {
 
   // Compiled mode (runtime/compile.h): this module's forward runs as one program per input
   // signature, parameters captured as constants. Only modules whose forward routes through
-  // call_compiled() are affected.
+  // call() are affected.
   void compile(const CompileOptions& options = {});
   // Regional compilation: each descendant whose class_name() is in repeated_blocks() runs
   // through one program per class and signature, with its parameters as program inputs, so
@@ -89,6 +89,9 @@ class Module {
   void reset_compile();
   // diffusers' _repeated_blocks: the block classes regional compilation compiles.
   virtual std::vector<std::string> repeated_blocks() const { return {}; }
+  // The descendants whose class is in repeated_blocks(), in registration (execution) order;
+  // what regional compilation compiles and sequential offload streams.
+  std::vector<Module*> repeated_block_modules();
   // The class name without namespaces ("FluxTransformerBlock").
   virtual std::string class_name() const;
   // Programs built per compiled function in this tree (its name: the class), for tests/reports.
@@ -112,10 +115,15 @@ class Module {
     for (size_t i = 0; i < children.size(); ++i)
       register_module(name + "." + std::to_string(i), children[i].get());
   }
-  // Runs `body` through this module's program when compiled (regional: with its parameters as
-  // extra program inputs), else calls it. `variant` tells apart calls with other output sets.
-  std::vector<Tensor> call_compiled(const std::vector<Tensor>& inputs,
-                                    const CompiledFunction::Fn& body, int64_t variant = 0) const;
+  // A forward body: inputs to outputs, as plain tensor lists.
+  using Body = CompiledFunction::Fn;
+  // Runs `body` as this module's forward, with what was set on it from outside: the forward
+  // hook around it (sequential offload streams weights), and the program of compile() /
+  // compile_repeated_blocks() (regional: the parameters as extra program inputs) in place of
+  // the call. `variant` tells apart calls with other output sets. Models route each repeated
+  // block's forward and their own whole forward through this, and know nothing else of either.
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const Body& body,
+                           int64_t variant = 0) const;
 
  private:
   struct OwnParameter {
@@ -129,17 +137,10 @@ class Module {
   std::shared_ptr<CompiledFunction> compiled_;  // set by compile / compile_repeated_blocks
   mutable std::vector<Tensor*> param_slots_;    // regional calls: every slot, in order
   std::shared_ptr<ForwardHook> hook_;
-};
 
-// Runs `forward` between `module`'s hook calls, if it has a hook.
-template <typename F>
-auto with_forward_hook(const Module& module, F&& forward) {
-  ForwardHook* h = module.forward_hook();
-  if (h) h->pre_forward(module);
-  auto out = forward();
-  if (h) h->post_forward(module);
-  return out;
-}
+  std::vector<Tensor> run_program(const std::vector<Tensor>& inputs, const Body& body,
+                                  int64_t variant) const;
+};
 
 // `base` under other names (checkpoints that older or newer libraries saved with different keys):
 // `to_base` maps a parameter name to the name in `base`; `to_model` maps a name in `base` back,

@@ -34,79 +34,49 @@ Tensor full(const Shape& shape, float value, DType dtype) {
 
 std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::string& path,
                                                             const PipelineLoadOptions& opt) {
-  require_available(opt.device);
-  TESSERA_CHECK(opt.dtype == DType::f32 || opt.dtype == DType::bf16, "[FluxPipeline] dtype ",
-                dtype_name(opt.dtype), " is not supported; use f32 or bf16");
-  const PipelineFolder folder = open_pipeline_folder(path);
-  TESSERA_CHECK(folder.class_name == "FluxPipeline", path, ": model_index.json names '",
-                folder.class_name, "'; FluxPipeline expects a FLUX.1 folder (FluxPipeline)");
+  return from_folder(open_pipeline_folder(path), opt);
+}
+
+std::unique_ptr<FluxPipeline> FluxPipeline::from_folder(PipelineFolder folder,
+                                                        const PipelineLoadOptions& opt) {
+  const std::string path = folder.path;
   auto p = std::make_unique<FluxPipeline>();
-  p->path_ = path;
-  p->dtype_ = opt.dtype;
-  p->device_ = opt.device;
-  const StageMemoryMeter meter;
-  WeightRecorder recorder;
-  // Under offload each model is released as soon as it is loaded: loading holds one at a time.
-  auto adopt = [&](Module& m) {
-    return std::make_unique<OffloadedModel>(m, recorder.take(m, opt.offload != OffloadMode::none));
-  };
+  p->begin_loading(std::move(folder), "FluxPipeline", opt);
   p->tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
-      tokenizers::ClipTokenizer::from_folder(folder.component("tokenizer").path));
+      tokenizers::ClipTokenizer::from_folder(p->component("tokenizer").path));
   p->tokenizer_2 = std::make_unique<tokenizers::T5Tokenizer>(
-      tokenizers::T5Tokenizer::from_folder(folder.component("tokenizer_2").path));
-  p->text_encoder =
-      CLIPTextModel::from_pretrained(folder.component("text_encoder").path, opt.dtype);
-  p->text_encoder_weights_ = adopt(*p->text_encoder);
-  p->text_encoder_2 =
-      T5EncoderModel::from_pretrained(folder.component("text_encoder_2").path, opt.dtype);
-  p->text_encoder_2_weights_ = adopt(*p->text_encoder_2);
-  p->transformer =
-      FluxTransformer2DModel::from_pretrained(folder.component("transformer").path, opt.dtype);
-  p->transformer_weights_ = adopt(*p->transformer);
-  p->vae = AutoencoderKL::from_pretrained(folder.component("vae").path, opt.dtype);
-  p->vae_weights_ = adopt(*p->vae);
-  const ComponentInfo& sched = folder.component("scheduler");
+      tokenizers::T5Tokenizer::from_folder(p->component("tokenizer_2").path));
+  p->text_encoder = p->load_model<CLIPTextModel>("text_encoder");
+  p->text_encoder_2 = p->load_model<T5EncoderModel>("text_encoder_2");
+  p->transformer = p->load_model<FluxTransformer2DModel>("transformer");
+  p->vae = p->load_model<AutoencoderKL>("vae");
+  const ComponentInfo& sched = p->component("scheduler");
   TESSERA_CHECK(sched.class_name == "FlowMatchEulerDiscreteScheduler", path, ": scheduler class '",
                 sched.class_name, "' is not supported; expected FlowMatchEulerDiscreteScheduler");
   p->scheduler = std::make_unique<FlowMatchEulerDiscreteScheduler>(
       FlowMatchEulerDiscreteConfig::from_json_file(sched.config_path));
-  const JsonConfig vae_cfg = folder.component("vae").config();
-  p->vae_scale_factor_ = int64_t(1) << (vae_cfg.get_int_list("block_out_channels").size() - 1);
-  p->scaling_factor_ = vae_cfg.get_float("scaling_factor");
-  p->shift_factor_ = vae_cfg.get_float("shift_factor", 0.0);
-  if (opt.offload == OffloadMode::model) p->enable_model_cpu_offload(opt.offload_device);
-  if (opt.offload == OffloadMode::sequential) p->enable_sequential_cpu_offload(opt.offload_device);
-  p->load_memory_ = meter.finish();
+  // The loaded VAE's config: its folder is not read again.
+  const AutoencoderKLConfig& vae_cfg = p->vae->config();
+  p->vae_scale_factor_ = p->vae->scale_factor();
+  p->scaling_factor_ = vae_cfg.scaling_factor;
+  p->shift_factor_ = vae_cfg.shift_factor.value_or(0.0);
+  p->finish_loading(opt);
   return p;
 }
 
-void FluxPipeline::release_all_weights() {
-  for (auto* w : {text_encoder_weights_.get(), text_encoder_2_weights_.get(),
-                  transformer_weights_.get(), vae_weights_.get()})
-    w->release();
-}
-
-void FluxPipeline::enable_model_cpu_offload(std::optional<Device> device) {
-  TESSERA_CHECK(offload_ != OffloadMode::sequential,
-                "[FluxPipeline] sequential CPU offload is already enabled; model offload cannot "
-                "be enabled on top of it");
-  device_ = resolve_offload_device(device);
-  offload_ = OffloadMode::model;
-  release_all_weights();
-}
-
-void FluxPipeline::enable_sequential_cpu_offload(std::optional<Device> device) {
-  device_ = resolve_offload_device(device);
-  if (offload_ == OffloadMode::sequential) return;
-  offload_ = OffloadMode::sequential;
-  release_all_weights();
-  std::vector<Module*> blocks;
-  for (auto& b : transformer->transformer_blocks) blocks.push_back(b.get());
-  for (auto& b : transformer->single_transformer_blocks) blocks.push_back(b.get());
-  transformer_weights_->stream_blocks(blocks);
-  // Repacked GEMM weights are keyed by storage; a zero-copy block would keep its packed copy
-  // cached after release, so streamed weights bypass the cache (each block runs once a step).
-  set_packed_weight_cache_capacity(0);
+PipelineOutput FluxPipeline::generate(const TextToImageOptions& o) {
+  FluxCallOptions call;
+  call.prompt = o.prompt;
+  call.prompt_2 = o.prompt_2;
+  call.height = o.height;
+  call.width = o.width;
+  call.num_inference_steps = o.num_inference_steps;
+  call.guidance_scale = o.guidance_scale;
+  call.num_images_per_prompt = o.num_images_per_prompt;
+  call.seed = o.seed;
+  call.max_sequence_length = o.max_sequence_length.value_or(defaults().max_sequence_length);
+  call.on_step_end = o.on_step_end;
+  return (*this)(call);
 }
 
 FluxDefaults FluxPipeline::defaults() const {
@@ -138,11 +108,11 @@ FluxPipeline::PromptEmbeds FluxPipeline::encode_prompt(const std::vector<std::st
   PromptEmbeds e;
   Tensor pooled, t5;
   {
-    const OffloadScope scope(text_encoder_weights_.get(), offload_);
+    const OffloadScope scope(weights_of(*text_encoder), offload_);
     pooled = text_encoder->forward(tokenizers::to_tensors(clip_ids).first).pooler_output;
   }
   {
-    const OffloadScope scope(text_encoder_2_weights_.get(), offload_);
+    const OffloadScope scope(weights_of(*text_encoder_2), offload_);
     t5 = text_encoder_2->forward(tokenizers::to_tensors(t5_ids).first).last_hidden_state;
   }
   e.pooled_prompt_embeds = repeat_rows(astype(pooled, dtype_), n);
@@ -231,7 +201,7 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
   if (transformer->config.guidance_embeds)
     guidance = full({batch}, float(guidance_scale), DType::f32);
 
-  std::optional<OffloadScope> transformer_scope(std::in_place, transformer_weights_.get(),
+  std::optional<OffloadScope> transformer_scope(std::in_place, weights_of(*transformer),
                                                 offload_);
   for (int i = 0; i < steps; ++i) {
     t0 = now_seconds();
@@ -259,7 +229,7 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
   Tensor z = unpack_latents(latents, height, width, vae_scale_factor_);
   z = add(div(z, scaling_factor_), shift_factor_);
   {
-    const OffloadScope scope(vae_weights_.get(), offload_);
+    const OffloadScope scope(weights_of(*vae), offload_);
     const Tensor decoded = vae->decode(z);
     out.image = postprocess_image(decoded);
     out.images = to_uint8_images(out.image);

@@ -12,7 +12,7 @@
 #include "models/clip_text_model.h"
 #include "models/flux_transformer.h"
 #include "models/t5_encoder.h"
-#include "pipelines/pipeline_common.h"
+#include "pipelines/diffusion_pipeline.h"
 #include "schedulers/flow_match_euler_discrete.h"
 #include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -35,17 +35,19 @@ struct FluxCallOptions {
 
 // The checkpoint-specific defaults a user of diffusers would pass for each FLUX.1 variant
 // (schnell: 4 steps, guidance 0, 256 T5 tokens; dev: 28 steps, guidance 3.5, 512 tokens).
-struct FluxDefaults {
-  int num_inference_steps;
-  double guidance_scale;
-  int64_t max_sequence_length;
-};
+using FluxDefaults = PipelineDefaults;
 
-class FluxPipeline {
+class FluxPipeline : public DiffusionPipeline {
  public:
   static std::unique_ptr<FluxPipeline> from_pretrained(const std::string& path,
                                                        const PipelineLoadOptions& options = {});
+  static std::unique_ptr<FluxPipeline> from_folder(PipelineFolder folder,
+                                                   const PipelineLoadOptions& options = {});
   PipelineOutput operator()(const FluxCallOptions& options);
+  // DiffusionPipeline: the shared request mapped onto FluxCallOptions.
+  PipelineOutput generate(const TextToImageOptions& options) override;
+  PipelineDefaults pipeline_defaults() const override { return defaults(); }
+  Module& denoiser() override { return *transformer; }
 
   struct PromptEmbeds {
     Tensor prompt_embeds;         // (B, L, joint_attention_dim)
@@ -62,21 +64,8 @@ class FluxPipeline {
                                int64_t vae_scale_factor);
   static Tensor latent_image_ids(int64_t h, int64_t w, DType dtype);  // rows [0, row, col]
 
-  // diffusers' offload API: each model (text_encoder -> text_encoder_2 -> transformer -> vae)
-  // holds its weights only while it runs; sequential also streams the transformer's blocks one
-  // at a time. `device`: the execution device (default: detected); one that is not present is an
-  // error naming it and what is available.
-  void enable_model_cpu_offload(std::optional<Device> device = std::nullopt);
-  void enable_sequential_cpu_offload(std::optional<Device> device = std::nullopt);
-  OffloadMode offload_mode() const { return offload_; }
-  const Device& execution_device() const { return device_; }
-  // Memory used by from_pretrained (peaks and checkpoint bytes read).
-  const StageMemory& load_memory() const { return load_memory_; }
-
   FluxDefaults defaults() const;
   int64_t vae_scale_factor() const { return vae_scale_factor_; }
-  DType dtype() const { return dtype_; }
-  const std::string& path() const { return path_; }
 
   std::unique_ptr<tokenizers::ClipTokenizer> tokenizer;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_2;
@@ -87,16 +76,6 @@ class FluxPipeline {
   std::unique_ptr<FlowMatchEulerDiscreteScheduler> scheduler;
 
  private:
-  void release_all_weights();
-
-  std::string path_;
-  DType dtype_ = DType::f32;
-  OffloadMode offload_ = OffloadMode::none;
-  Device device_;
-  StageMemory load_memory_;
-  // Where each model's weights came from, to materialise them per stage under offload.
-  std::unique_ptr<OffloadedModel> text_encoder_weights_, text_encoder_2_weights_,
-      transformer_weights_, vae_weights_;
   int64_t vae_scale_factor_ = 8;
   double scaling_factor_ = 0.3611, shift_factor_ = 0.1159;
 };

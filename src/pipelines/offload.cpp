@@ -120,59 +120,66 @@ WeightSet WeightRecorder::take(const Module& module, bool release) {
   return set;
 }
 
-// Streams one block's weights around its forward.
+struct OffloadedModel::Blocks {
+  std::vector<WeightSet> sets;            // one per block, in execution order
+  std::map<const Module*, size_t> index;  // block -> its set
+};
+
+// Streams one block's weights around its forward. Shares the block sets with the record instead
+// of pointing at it: the record may be destroyed before the blocks (and the blocks before it).
 class BlockStreamHook final : public ForwardHook {
  public:
-  explicit BlockStreamHook(OffloadedModel& m) : m_(m) {}
+  explicit BlockStreamHook(std::shared_ptr<OffloadedModel::Blocks> blocks)
+      : blocks_(std::move(blocks)) {}
   void pre_forward(const Module& block) override {
     const size_t i = index(block);
-    m_.blocks_[i].materialise();
-    if (i + 1 < m_.blocks_.size()) m_.blocks_[i + 1].prefetch();
+    blocks_->sets[i].materialise();
+    if (i + 1 < blocks_->sets.size()) blocks_->sets[i + 1].prefetch();
   }
   void post_forward(const Module& block) override {
     synchronize();  // deferred or queued ops that read the block run before it goes
-    m_.blocks_[index(block)].release();
+    blocks_->sets[index(block)].release();
   }
 
  private:
   size_t index(const Module& block) const {
-    auto it = m_.block_index_.find(&block);
-    TESSERA_CHECK(it != m_.block_index_.end(), "[offload] a forward hook ran for a block ",
+    auto it = blocks_->index.find(&block);
+    TESSERA_CHECK(it != blocks_->index.end(), "[offload] a forward hook ran for a block ",
                   "that sequential offload does not stream");
     return it->second;
   }
-  OffloadedModel& m_;
+  std::shared_ptr<OffloadedModel::Blocks> blocks_;
 };
 
 void OffloadedModel::stream_blocks(const std::vector<Module*>& blocks) {
-  TESSERA_CHECK(blocks_.empty(), "[offload] sequential offload is already enabled for this model");
+  TESSERA_CHECK(!blocks_, "[offload] sequential offload is already enabled for this model");
   const bool was = rest_.materialised();
+  auto streamed = std::make_shared<Blocks>();
   std::map<Tensor*, size_t> owner;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    block_index_[blocks[i]] = i;
+    streamed->index[blocks[i]] = i;
     for (const auto& p : blocks[i]->named_parameters()) owner[p.slot] = i;
   }
   rest_.release();
   const std::vector<WeightSet::Entry> all = rest_.entries();
   rest_ = WeightSet(false);
-  blocks_.assign(blocks.size(), WeightSet(false));
+  streamed->sets.assign(blocks.size(), WeightSet(false));
   for (const auto& e : all) {
     auto it = owner.find(e.slot);
-    (it == owner.end() ? rest_ : blocks_[it->second]).add(e);
+    (it == owner.end() ? rest_ : streamed->sets[it->second]).add(e);
   }
-  auto hook = std::make_shared<BlockStreamHook>(*this);
-  for (Module* b : blocks) {
-    b->set_forward_hook(hook);
-    hooked_.push_back(b);
-  }
+  blocks_ = streamed;
+  auto hook = std::make_shared<BlockStreamHook>(std::move(streamed));
+  for (Module* b : blocks) b->set_forward_hook(hook);
   if (was) rest_.materialise();
 }
 
+// Only the accounting: the model (and its blocks, which keep their hooks) may be gone already.
 OffloadedModel::~OffloadedModel() {
-  for (Module* b : hooked_) b->set_forward_hook(nullptr);
   if (rest_.materialised()) note_weights_released(rest_.bytes());
-  for (auto& b : blocks_)
-    if (b.materialised()) note_weights_released(b.bytes());
+  if (blocks_)
+    for (auto& b : blocks_->sets)
+      if (b.materialised()) note_weights_released(b.bytes());
 }
 
 void OffloadedModel::materialise() {
@@ -182,13 +189,15 @@ void OffloadedModel::materialise() {
 void OffloadedModel::release() {
   synchronize();
   rest_.release();
-  for (auto& b : blocks_) b.release();
+  if (blocks_)
+    for (auto& b : blocks_->sets) b.release();
   clear_kernel_caches();  // repacked copies of the released weights would stay otherwise
 }
 
 int64_t OffloadedModel::bytes() const {
   int64_t n = rest_.bytes();
-  for (const auto& b : blocks_) n += b.bytes();
+  if (blocks_)
+    for (const auto& b : blocks_->sets) n += b.bytes();
   return n;
 }
 

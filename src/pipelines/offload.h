@@ -3,6 +3,7 @@
 // released. See docs/decisions/0011-offload.md.
 #pragma once
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,7 +66,10 @@ class WeightRecorder final : public LoadObserver {
 };
 
 // One model's weights under offload: one set, or (sequential) one set per repeated block plus
-// the rest. Block sets are materialised by a forward hook around each block.
+// the rest. Block sets are materialised by a forward hook around each block. The block sets are
+// shared by this record and the hooks, so either may be destroyed first: a DiffusionPipeline
+// destroys its records after the derived pipeline's models (and their blocks) are gone, and
+// the destructor never touches the model.
 class OffloadedModel {
  public:
   OffloadedModel(Module& model, WeightSet weights) : model_(model), rest_(std::move(weights)) {}
@@ -85,9 +89,8 @@ class OffloadedModel {
   friend class BlockStreamHook;
   Module& model_;
   WeightSet rest_;
-  std::vector<WeightSet> blocks_;
-  std::map<const Module*, size_t> block_index_;
-  std::vector<Module*> hooked_;
+  struct Blocks;  // the per-block sets and which block each is, shared with the hooks
+  std::shared_ptr<Blocks> blocks_;
 };
 
 // Materialises a model for the lifetime of the scope under offload (no-op without offload).

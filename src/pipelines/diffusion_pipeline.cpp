@@ -1,0 +1,94 @@
+#include "pipelines/diffusion_pipeline.h"
+
+#include "ops/linalg.h"
+#include "runtime/error.h"
+
+namespace tessera {
+
+// What only loading needs: the load's memory meter and the recorder of every weight filled.
+struct DiffusionPipeline::Loading {
+  StageMemoryMeter meter;
+  WeightRecorder recorder;
+  bool release = false;  // offload requested: weights go as soon as loaded
+};
+
+DiffusionPipeline::DiffusionPipeline() = default;
+DiffusionPipeline::~DiffusionPipeline() = default;
+
+void DiffusionPipeline::begin_loading(PipelineFolder folder, const std::string& class_name,
+                                      const PipelineLoadOptions& opt) {
+  require_available(opt.device);
+  TESSERA_CHECK(opt.dtype == DType::f32 || opt.dtype == DType::bf16, "[", class_name, "] dtype ",
+                dtype_name(opt.dtype), " is not supported; use f32 or bf16");
+  const std::string path = folder.path;
+  folder_.emplace(std::move(folder));
+  TESSERA_CHECK(folder_->class_name == class_name, path, ": model_index.json names '",
+                folder_->class_name, "'; ", class_name, " expects a folder of that class");
+  // One pass: every listed component, checked as PipelineFolder::component checks it.
+  for (const auto& c : folder_->components) {
+    if (c.library.empty() || !c.present) continue;
+    components_[c.name] = &c;
+  }
+  path_ = path;
+  class_name_ = class_name;
+  dtype_ = opt.dtype;
+  device_ = opt.device;
+  loading_ = std::make_unique<Loading>();
+  loading_->release = opt.offload != OffloadMode::none;
+}
+
+const ComponentInfo& DiffusionPipeline::component(const std::string& name) const {
+  auto it = components_.find(name);
+  if (it != components_.end()) return *it->second;
+  TESSERA_CHECK(folder_, "[", class_name_, "] no pipeline folder is open");
+  return folder_->component(name);  // throws naming why (absent, [null, null], folder missing)
+}
+
+void DiffusionPipeline::adopt(Module& model, const std::string& name) {
+  TESSERA_CHECK(loading_, "[", class_name_, "] load_model outside loading");
+  models_.push_back({name, &model,
+                     std::make_unique<OffloadedModel>(
+                         model, loading_->recorder.take(model, loading_->release))});
+}
+
+void DiffusionPipeline::finish_loading(const PipelineLoadOptions& opt) {
+  if (opt.offload == OffloadMode::model) enable_model_cpu_offload(opt.offload_device);
+  if (opt.offload == OffloadMode::sequential) enable_sequential_cpu_offload(opt.offload_device);
+  load_memory_ = loading_->meter.finish();
+  loading_.reset();
+}
+
+OffloadedModel* DiffusionPipeline::weights_of(const Module& model) const {
+  for (const auto& m : models_)
+    if (m.model == &model) return m.weights.get();
+  return nullptr;
+}
+
+void DiffusionPipeline::release_all_weights() {
+  for (auto& m : models_) m.weights->release();
+}
+
+void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
+  TESSERA_CHECK(offload_ != OffloadMode::sequential, "[", class_name_,
+                "] sequential CPU offload is already enabled; model offload cannot be enabled on "
+                "top of it");
+  device_ = resolve_offload_device(device);
+  offload_ = OffloadMode::model;
+  release_all_weights();
+}
+
+void DiffusionPipeline::enable_sequential_cpu_offload(std::optional<Device> device) {
+  device_ = resolve_offload_device(device);
+  if (offload_ == OffloadMode::sequential) return;
+  offload_ = OffloadMode::sequential;
+  release_all_weights();
+  Module& d = denoiser();
+  OffloadedModel* w = weights_of(d);
+  TESSERA_CHECK(w, "[", class_name_, "] the denoiser was not loaded through load_model");
+  w->stream_blocks(d.repeated_block_modules());
+  // Repacked GEMM weights are keyed by storage; a zero-copy block would keep its packed copy
+  // cached after release, so streamed weights bypass the cache (each block runs once a step).
+  set_packed_weight_cache_capacity(0);
+}
+
+}  // namespace tessera
