@@ -109,10 +109,7 @@ void FluxPipeline::enable_sequential_cpu_offload(std::optional<Device> device) {
   set_packed_weight_cache_capacity(0);
 }
 
-FluxDefaults FluxPipeline::defaults() const {
-  if (transformer->config.guidance_embeds) return {28, 3.5, 512};
-  return {4, 0.0, 256};
-}
+FluxDefaults FluxPipeline::defaults() const { return {28, 3.5, 512}; }
 
 FluxPipeline::PromptEmbeds FluxPipeline::encode_prompt(const std::vector<std::string>& prompt,
                                                        const std::vector<std::string>& prompt_2,
