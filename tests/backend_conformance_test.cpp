@@ -787,8 +787,9 @@ INSTANTIATE_TEST_SUITE_P(conformance, BackendConformance, ::testing::Range(size_
                          });
 
 // ---------------------------------------------------------------------------------------------
-// Coverage: every op function, primitive name and op enum value declared in src/ops/*.h is
-// exercised by some case. A new op (or enum value) without a case fails here.
+// Coverage: every op function, primitive name and op enum value declared in src/ops/*.h (and
+// runtime/elementwise_op.h) is exercised by some case. A new op (or enum value) without a case
+// fails here.
 
 std::string strip_comments(const std::string& s) {
   return std::regex_replace(s, std::regex("//[^\n]*"), "");
@@ -802,9 +803,12 @@ std::set<std::string> declared_ops() {
       R"re((?:^|\n)\s*(?:inline\s+)?(?:Tensor|std::vector<Tensor>|std::pair<Tensor,\s*Tensor>)\s+([a-z_0-9]+)\s*\()re");
   const std::regex prim(R"re(name\(\)\s+const\s+override\s*\{\s*return\s+"([a-z_0-9]+)")re");
   const std::regex en(R"(enum\s+class\s+(\w+)(?:\s*:\s*\w+)?\s*\{([^}]*)\})");
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".h") continue;
-    std::ifstream is(entry.path());
+  // The op enums live in runtime/elementwise_op.h (they are the fused kernel's instruction set).
+  std::vector<std::filesystem::path> headers = {dir.parent_path() / "runtime" / "elementwise_op.h"};
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".h") headers.push_back(entry.path());
+  for (const auto& path : headers) {
+    std::ifstream is(path);
     const std::string text =
         strip_comments(std::string(std::istreambuf_iterator<char>(is), {}));
     for (std::sregex_iterator it(text.begin(), text.end(), fn), end; it != end; ++it)

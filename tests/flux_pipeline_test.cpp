@@ -120,6 +120,28 @@ TEST(FluxPipeline, RejectsBadArguments) {
                Error);
 }
 
+// diffusers' FluxPipeline.__call__ has one set of defaults whatever the checkpoint: 28 steps,
+// guidance 3.5, 512 T5 tokens (schnell's model card values are arguments a caller passes).
+TEST(FluxPipeline, DefaultsAreTheCallDefaults) {
+  for (const std::string model : {"flux1-schnell-tiny", "flux1-dev-tiny"}) {
+    SCOPED_TRACE(model);
+    auto pipe = FluxPipeline::from_pretrained(test::fixture_path(model));
+    const FluxDefaults d = pipe->defaults();
+    EXPECT_EQ(d.num_inference_steps, 28);
+    EXPECT_EQ(d.guidance_scale, 3.5);
+    EXPECT_EQ(d.max_sequence_length, 512);
+    FluxCallOptions call;
+    EXPECT_EQ(call.max_sequence_length, 512);
+    call.prompt = {""};  // an empty prompt is a prompt
+    call.height = call.width = 32;
+    call.seed = 0;
+    int steps = 0;
+    call.on_step_end = [&](int, int n, const Tensor&) { steps = n; };
+    (*pipe)(call);
+    EXPECT_EQ(steps, 28);
+  }
+}
+
 TEST(FluxPipeline, PackUnpackRoundTrip) {
   std::vector<float> v(2 * 16 * 4 * 6);
   for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);

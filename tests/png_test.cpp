@@ -7,6 +7,7 @@
 
 #include "io_test_folder.h"
 #include "runtime/error.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -29,7 +30,7 @@ TEST(Png, PixelsAndGenerationTextRoundTrip) {
   const auto px = gradient(w, h, 0);
   GenerationInfo info;
   info.prompt = "a tiny red fox, watercolor";
-  info.seed = 42;
+  info.seed = "42";
   info.steps = 28;
   info.guidance = 3.5;
   info.width = w;
@@ -61,6 +62,101 @@ TEST(Png, NonAsciiTextGoesToItxtAsUtf8) {
   const PngImage img = read_png(dir / "u.png");
   EXPECT_EQ(img.text_value("prompt"), prompt);
   EXPECT_NE(test::read_text(dir / "u.png").find("iTXtprompt"), std::string::npos);
+}
+
+// Every chunk of a PNG file, with its CRC checked by a bitwise CRC-32 (independent of the
+// writer's table): type -> data, in file order.
+std::vector<std::pair<std::string, std::string>> chunks_of(const std::string& file) {
+  const std::string png = test::read_text(file);
+  EXPECT_EQ(png.substr(0, 8), "\x89PNG\r\n\x1a\n");
+  std::vector<std::pair<std::string, std::string>> chunks;
+  size_t at = 8;
+  const auto u32 = [&](size_t i) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(png[i + k]);
+    return v;
+  };
+  while (at + 12 <= png.size()) {
+    const uint32_t length = u32(at);
+    if (at + 12 + length > png.size()) break;
+    const std::string type_and_data = png.substr(at + 4, 4 + length);
+    uint32_t crc = 0xffffffffu;
+    for (unsigned char b : type_and_data) {
+      crc ^= b;
+      for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
+    }
+    EXPECT_EQ(crc ^ 0xffffffffu, u32(at + 8 + length)) << type_and_data.substr(0, 4);
+    chunks.emplace_back(type_and_data.substr(0, 4), type_and_data.substr(4));
+    at += 12 + length;
+  }
+  EXPECT_EQ(at, png.size());
+  return chunks;
+}
+
+bool has_keyword(const PngImage& img, const std::string& keyword) {
+  for (const auto& [k, v] : img.text)
+    if (k == keyword) return true;
+  return false;
+}
+
+// An empty text (an empty prompt) is a tEXt chunk with no text after the keyword's NUL, which
+// the PNG spec allows and readers (libspng, PIL, libpng) read back as "".
+TEST(Png, EmptyTextIsAnEmptyTextChunk) {
+  TempDir dir;
+  const auto px = gradient(3, 2, 4);
+  write_png(dir / "e.png", px.data(), 3, 2, {{"prompt", ""}, {"seed", "0"}, {"model", ""}});
+  const PngImage img = read_png(dir / "e.png");
+  EXPECT_EQ(img.rgb, px);
+  ASSERT_EQ(img.text.size(), 3u);
+  EXPECT_EQ(img.text[0], (std::pair<std::string, std::string>{"prompt", ""}));
+  EXPECT_EQ(img.text[1], (std::pair<std::string, std::string>{"seed", "0"}));
+  EXPECT_EQ(img.text[2], (std::pair<std::string, std::string>{"model", ""}));
+  const auto chunks = chunks_of(dir / "e.png");
+  ASSERT_GE(chunks.size(), 6u);
+  EXPECT_EQ(chunks[0].first, "IHDR");
+  EXPECT_EQ(chunks[1], (std::pair<std::string, std::string>{"tEXt", std::string("prompt\0", 7)}));
+  EXPECT_EQ(chunks.back().first, "IEND");
+}
+
+// Text of any length in UTF-8, control characters included, round-trips: ASCII without control
+// characters in tEXt, the rest in uncompressed iTXt (tEXt is Latin-1, prompts are UTF-8).
+TEST(Png, LongAndControlTextRoundTrips) {
+  TempDir dir;
+  const auto px = gradient(2, 2, 7);
+  std::string long_text = "\xf0\x9f\x90\x88 cat\ttab\r\n";
+  while (long_text.size() < 300000) long_text += long_text;
+  const PngText text = {{"prompt", long_text},
+                        {"tab", "a\tb"},
+                        {"ascii", std::string(100000, 'x')},
+                        {"Key With Spaces", "\xc3\xa9"}};
+  write_png(dir / "l.png", px.data(), 2, 2, text);
+  EXPECT_EQ(read_png(dir / "l.png").text, text);
+  const auto chunks = chunks_of(dir / "l.png");
+  std::vector<std::string> types;
+  for (const auto& c : chunks) types.push_back(c.first);
+  EXPECT_EQ(types[1], "iTXt");
+  EXPECT_EQ(types[2], "iTXt");
+  EXPECT_EQ(types[3], "tEXt");
+  EXPECT_EQ(types[4], "iTXt");
+  // iTXt: keyword, NUL, not compressed, method 0, empty language tag and translated keyword.
+  EXPECT_EQ(chunks[2].second, std::string("tab\0\0\0\0\0a\tb", 11));
+}
+
+// Text a PNG cannot hold is refused before anything is written, naming the keyword.
+TEST(Png, UnstorableTextIsRefusedUpFront) {
+  EXPECT_NO_THROW(check_png_text({{"prompt", ""}, {"prompt_2", "\xe6\x9d\xb1"}}));
+  for (const std::string bad : {std::string("\xff"), std::string("\xc3"),
+                                std::string("\xc0\xaf"), std::string("\xed\xa0\x80"),
+                                std::string("\xf4\x90\x80\x80"), std::string("ab\0c", 4)}) {
+    const std::string msg = test::error_message([&] { check_png_text({{"prompt", bad}}); });
+    EXPECT_NE(msg.find("[png] text 'prompt'"), std::string::npos) << msg;
+  }
+  EXPECT_NE(test::error_message([] { check_png_text({{"", "x"}}); }).find("keyword"),
+            std::string::npos);
+  TempDir dir;
+  const auto px = gradient(2, 2, 1);
+  EXPECT_THROW(write_png(dir / "b.png", px.data(), 2, 2, {{"prompt", "\xff"}}), Error);
+  EXPECT_FALSE(fs::exists(dir / "b.png"));
 }
 
 TEST(Png, AtomicWriteLeavesNoPartialFile) {

@@ -166,6 +166,41 @@ TEST(Random, ManualSeedResets) {
   EXPECT_TRUE(bit_equal(randn({3}, DType::f32, g), a));
 }
 
+// torch.Generator.manual_seed takes integers in [-2^63, 2^64 - 1] (it unpacks a uint64, and on
+// overflow an int64 reinterpreted as uint64) and raises on anything else.
+TEST(Random, ManualSeedAcceptsTorchsRange) {
+  struct Case {
+    const char* text;
+    uint64_t bits;
+    bool negative;
+    const char* str;
+  };
+  for (const Case& c : {Case{"0", 0, false, "0"},
+                        Case{"42", 42, false, "42"},
+                        Case{"+7", 7, false, "7"},
+                        Case{"007", 7, false, "7"},
+                        Case{"-0", 0, false, "0"},
+                        Case{"-1", UINT64_MAX, true, "-1"},
+                        Case{"-42", UINT64_MAX - 41, true, "-42"},
+                        Case{"18446744073709551615", UINT64_MAX, false, "18446744073709551615"},
+                        Case{"9223372036854775808", 1ull << 63, false, "9223372036854775808"},
+                        Case{"-9223372036854775808", 1ull << 63, true, "-9223372036854775808"}}) {
+    SCOPED_TRACE(c.text);
+    const auto s = ManualSeed::parse(c.text);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->bits, c.bits);
+    EXPECT_EQ(s->negative, c.negative);
+    EXPECT_EQ(s->str(), c.str);
+  }
+  for (const char* bad : {"", "-", "+", "--1", "+-1", "18446744073709551616", "-9223372036854775809",
+                          "99999999999999999999999", "-99999999999999999999999", "1.5", "1e3",
+                          " 1", "1 ", "0x10", "abc", "1_000"})
+    EXPECT_FALSE(ManualSeed::parse(bad)) << bad;
+  // A negative seed draws what its two's complement draws.
+  Generator a(ManualSeed::parse("-1")->bits), b(UINT64_MAX);
+  EXPECT_TRUE(bit_equal(randn({5}, DType::f32, a), randn({5}, DType::f32, b)));
+}
+
 TEST(Random, RejectsIntegerDtype) {
   Generator g(0);
   EXPECT_THROW(randn({4}, DType::i32, g), Error);

@@ -1,6 +1,8 @@
-// tessera generate: text to image with a diffusers pipeline folder, diffusers' defaults per model.
+// tessera generate: text to image with a diffusers pipeline folder; every default is the
+// default of the diffusers call for that pipeline (the bundled model's size and T5 length aside).
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "runtime/allocator.h"
 #include "runtime/error.h"
 #include "runtime/modes.h"
+#include "runtime/random.h"
 
 namespace tessera::cli {
 namespace {
@@ -25,7 +28,7 @@ struct GenerateOptions {
   std::optional<int64_t> height, width;
   std::optional<int> steps;
   std::optional<double> guidance;
-  std::optional<uint64_t> seed;
+  std::optional<std::string> seed;  // parsed by ManualSeed: CLI11 would clamp out-of-range values
   std::optional<int64_t> max_sequence_length;
   int num_images = 1;
 };
@@ -40,7 +43,7 @@ std::string default_model(bool* is_test_pipeline) {
 }
 
 // The bundled model is trained at one size and T5 length: its vae sample_size and tokenizer_2
-// model_max_length are its defaults (diffusers' FLUX defaults, 1024 px and 512 tokens, are not).
+// model_max_length are its defaults (FluxPipeline.__call__'s, 1024 px and 512 tokens, are not).
 struct BundledDefaults {
   std::optional<int64_t> size, max_sequence_length;
 };
@@ -91,17 +94,34 @@ nlohmann::json memory_json(const StageMemory& load, const StageMemories& m) {
   return j;
 }
 
+void check_writable_folder(const std::string& file) {
+  const std::filesystem::path dir = std::filesystem::absolute(file).parent_path();
+  TESSERA_CHECK(std::filesystem::is_directory(dir), "cannot write '", file, "': folder ",
+                dir.string(), " does not exist");
+  TESSERA_CHECK(access(dir.c_str(), W_OK) == 0, "cannot write '", file, "': folder ",
+                dir.string(), " is not writable");
+}
+
 int run_generate(const GenerateOptions& o) {
   bool test_pipeline = false;
   const std::string model = o.model.empty() ? default_model(&test_pipeline) : o.model;
-  // Check the output location before any work, so a bad path fails fast.
-  const std::filesystem::path out_dir =
-      std::filesystem::absolute(o.output).parent_path();
-  TESSERA_CHECK(std::filesystem::is_directory(out_dir), "cannot write '", o.output,
-                "': folder ", out_dir.string(), " does not exist");
-  TESSERA_CHECK(access(out_dir.c_str(), W_OK) == 0, "cannot write '", o.output, "': folder ",
-                out_dir.string(), " is not writable");
+  // Everything that could fail after the denoising is checked before any work.
+  std::optional<ManualSeed> seed;
+  if (o.seed) {
+    seed = ManualSeed::parse(*o.seed);
+    TESSERA_CHECK(seed, "[generate] --seed ", *o.seed, ": expected an integer in ",
+                  ManualSeed::kRange, " (what torch.Generator.manual_seed accepts)");
+  }
+  check_writable_folder(o.output);
+  if (!o.report.empty()) check_writable_folder(o.report);
   TESSERA_CHECK(o.num_images >= 1, "--num-images must be >= 1");
+  GenerationInfo info{o.prompt, o.prompt_2, "0", 0, 0.0, 0, 0, model};
+  try {
+    check_png_text(generation_text(info));
+  } catch (const Error& e) {
+    TESSERA_FAIL("[generate] the image's text chunks cannot hold the prompt or model: ",
+                 e.what());
+  }
   if (o.model.empty())
     std::fprintf(stderr, "tessera: using the bundled default model %s%s\n", model.c_str(),
                  test_pipeline ? " (tiny random-weight test pipeline: the image is noise)" : "");
@@ -140,7 +160,7 @@ int run_generate(const GenerateOptions& o) {
   call.num_inference_steps = o.steps;
   call.guidance_scale = o.guidance;
   call.num_images_per_prompt = o.num_images;
-  call.seed = o.seed;
+  if (seed) call.seed = seed->bits;
   const PipelineDefaults d = pipe->pipeline_defaults();
   call.max_sequence_length =
       o.max_sequence_length.value_or(bundled.max_sequence_length.value_or(d.max_sequence_length));
@@ -152,15 +172,19 @@ int run_generate(const GenerateOptions& o) {
 
   const int steps = o.steps.value_or(d.num_inference_steps);
   const double guidance = o.guidance.value_or(d.guidance_scale);
-  GenerationInfo info{o.prompt, out.seed, steps, guidance,
-                      int(out.images[0].width), int(out.images[0].height), model};
+  // The seed as given (torch maps -1 and 2^64 - 1 to the same generator; the user wrote one).
+  info.seed = seed ? seed->str() : std::to_string(out.seed);
+  info.steps = steps;
+  info.guidance = guidance;
+  info.width = int(out.images[0].width);
+  info.height = int(out.images[0].height);
   for (size_t i = 0; i < out.images.size(); ++i) {
     const std::string path = output_name(o.output, int(i), int(out.images.size()));
     write_png(path, out.images[i].pixels.data(), int(out.images[i].width),
               int(out.images[i].height), generation_text(info));
-    std::fprintf(stderr, "tessera: wrote %s (%lldx%lld, seed %llu)\n", path.c_str(),
+    std::fprintf(stderr, "tessera: wrote %s (%lldx%lld, seed %s)\n", path.c_str(),
                  (long long)out.images[i].width, (long long)out.images[i].height,
-                 (unsigned long long)out.seed);
+                 info.seed.c_str());
   }
 
   if (!o.report.empty()) {
@@ -170,11 +194,14 @@ int run_generate(const GenerateOptions& o) {
         {"model", model},
         {"pipeline", pipe->class_name()},
         {"prompt", o.prompt},
-        {"seed", out.seed},
+        {"prompt_2", o.prompt_2.empty() ? nlohmann::json() : nlohmann::json(o.prompt_2)},
+        {"seed", seed && seed->negative ? nlohmann::json(int64_t(seed->bits))
+                                        : nlohmann::json(out.seed)},
         {"height", info.height},
         {"width", info.width},
         {"steps", steps},
         {"guidance", guidance},
+        {"max_sequence_length", *call.max_sequence_length},
         {"num_images", o.num_images},
         {"dtype", o.dtype},
         {"device", load.device.str()},
@@ -203,21 +230,43 @@ void register_generate(CLI::App& app, Runner& run) {
   CLI::App* sub = app.add_subcommand("generate", "Generate an image from a prompt");
   sub->add_option("--model", o->model,
                   "diffusers pipeline folder (default: the bundled default model)");
-  sub->add_option("--prompt", o->prompt, "the prompt")->required();
-  sub->add_option("--prompt-2", o->prompt_2, "prompt for the T5 encoder (default: --prompt)");
-  sub->add_option("--height", o->height, "image height, a multiple of 16 (default 1024)")
+  sub->add_option("--prompt", o->prompt, "the prompt (may be empty)")->required();
+  sub->add_option("--prompt-2", o->prompt_2,
+                  "prompt for the T5 encoder (default, or when empty: --prompt)");
+  sub->add_option("--height", o->height,
+                  "image height, a multiple of 16 (default: 128 x the VAE's scale factor, 1024 "
+                  "for FLUX.1; the bundled model: 64)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--width", o->width, "image width, a multiple of 16 (default 1024)")
+  sub->add_option("--width", o->width,
+                  "image width, a multiple of 16 (default: as --height)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--steps", o->steps,
-                  "inference steps (default: 4 for schnell-style models, 28 for dev)")
+  sub->add_option("--steps", o->steps, "inference steps (default 28, as diffusers' FluxPipeline)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--guidance", o->guidance, "guidance scale (default: 0 schnell, 3.5 dev)");
-  sub->add_option("--seed", o->seed, "seed of torch.Generator(\"cpu\").manual_seed (default: random)");
+  sub->add_option("--guidance", o->guidance,
+                  "guidance scale (default 3.5, as diffusers' FluxPipeline; only models with a "
+                  "guidance embedding, FLUX.1-dev-style, use it)");
+  sub->add_option("--seed", o->seed,
+                  std::string("seed of torch.Generator(\"cpu\").manual_seed: an integer in ") +
+                      ManualSeed::kRange + ", negative ones mapped as torch maps them, to seed + "
+                      "2^64 (default: random)")
+      ->type_name("INT");
   sub->add_option("--num-images", o->num_images, "images per prompt")->check(CLI::PositiveNumber);
   sub->add_option("--max-sequence-length", o->max_sequence_length,
-                  "T5 tokens (default: 256 schnell, 512 dev; at most 512)")
-      ->check(CLI::Range(1, 512));
+                  "T5 tokens, 1 to 512 (default 512, as diffusers' FluxPipeline; the bundled "
+                  "model: 48)")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            long long n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec == std::errc::result_out_of_range) n = v[0] == '-' ? 0 : 513;
+            else if (ec != std::errc() || end != v.data() + v.size())
+              return "expected an integer from 1 to 512, got " + v;
+            // diffusers raises the same: T5 in FluxPipeline takes at most 512 tokens.
+            if (n > 512) return "cannot be greater than 512, got " + v;
+            if (n < 1) return "must be at least 1, got " + v;
+            return "";
+          },
+          "", "MaxSequenceLength"));
   sub->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--device", o->device, "execution device (cpu)");
   sub->add_option("--mode", o->mode,

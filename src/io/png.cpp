@@ -2,7 +2,9 @@
 
 #include <spng.h>
 
+#include <array>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -19,9 +21,32 @@ struct CtxDeleter {
 };
 using Ctx = std::unique_ptr<spng_ctx, CtxDeleter>;
 
-bool is_latin1_safe_ascii(const std::string& s) {
+// Printable ASCII and line feeds: a tEXt chunk (Latin-1) shows them as they are.
+bool is_plain_ascii(const std::string& s) {
   for (unsigned char c : s)
-    if (c >= 0x80 || (c < 0x20 && c != '\n') || c == 0x7f) return false;
+    if (c >= 0x7f || (c < 0x20 && c != '\n')) return false;
+  return true;
+}
+
+bool is_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2
+                   : c >= 0xf0 && c <= 0xf4                 ? 3
+                                                            : 4;
+    if (n == 4 || i + n >= s.size()) return false;
+    uint32_t cp = n == 0 ? c : c & (0x3f >> n);
+    for (size_t k = 1; k <= n; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += n + 1;
+  }
   return true;
 }
 
@@ -36,6 +61,62 @@ bool valid_keyword(const std::string& k) {
   return true;
 }
 
+constexpr size_t kMaxChunkLength = 0x7fffffff;  // PNG: chunk lengths are below 2^31
+constexpr size_t kItxtOverhead = 5;  // NUL, compression flag and method, two empty strings' NULs
+
+// What is wrong with `text` for a PNG, or "" when every entry can be stored.
+std::string text_problem(const PngText& text) {
+  for (const auto& [key, value] : text) {
+    if (!valid_keyword(key))
+      return detail::concat("[png] text keyword '", key,
+                            "' is invalid (expected 1-79 printable ASCII characters)");
+    if (value.find('\0') != std::string::npos)
+      return detail::concat("[png] text '", key, "' contains a NUL byte");
+    if (!is_plain_ascii(value) && !is_utf8(value))
+      return detail::concat("[png] text '", key, "' is not valid UTF-8");
+    if (value.size() > kMaxChunkLength - key.size() - kItxtOverhead)
+      return detail::concat("[png] text '", key, "' is too long for a PNG chunk (",
+                            value.size(), " bytes)");
+  }
+  return "";
+}
+
+// The CRC-32 of PNG chunks (ISO 3309; zlib's crc32), over the chunk type and data.
+uint32_t chunk_crc(const std::string& type_and_data) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t n = 0; n < 256; ++n) {
+      uint32_t c = n;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : type_and_data) c = table[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+void append_u32(std::string& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out += char((v >> shift) & 0xff);
+}
+
+// One tEXt chunk for printable ASCII (an empty text included: the PNG spec allows it, libspng's
+// encoder does not), else one uncompressed iTXt chunk holding the UTF-8 text.
+std::string text_chunk(const std::string& key, const std::string& value) {
+  const bool plain = is_plain_ascii(value);
+  std::string body = plain ? "tEXt" : "iTXt";
+  body += key;
+  body += '\0';
+  if (!plain) body.append("\0\0\0\0", 4);  // not compressed, method 0, no language, no translation
+  body += value;
+  std::string chunk;
+  append_u32(chunk, uint32_t(body.size() - 4));
+  chunk += body;
+  append_u32(chunk, chunk_crc(body));
+  return chunk;
+}
+
 }  // namespace
 
 std::string PngImage::text_value(const std::string& keyword) const {
@@ -47,13 +128,21 @@ std::string PngImage::text_value(const std::string& keyword) const {
 PngText generation_text(const GenerationInfo& info) {
   std::ostringstream g;
   g << info.guidance;
-  return {{"prompt", info.prompt},
-          {"seed", std::to_string(info.seed)},
-          {"steps", std::to_string(info.steps)},
-          {"guidance", g.str()},
-          {"size", std::to_string(info.width) + "x" + std::to_string(info.height)},
-          {"model", info.model},
-          {"Software", std::string("tessera ") + TESSERA_VERSION}};
+  PngText text = {{"prompt", info.prompt}};
+  if (!info.prompt_2.empty()) text.emplace_back("prompt_2", info.prompt_2);
+  text.insert(text.end(),
+              {{"seed", info.seed},
+               {"steps", std::to_string(info.steps)},
+               {"guidance", g.str()},
+               {"size", std::to_string(info.width) + "x" + std::to_string(info.height)},
+               {"model", info.model},
+               {"Software", std::string("tessera ") + TESSERA_VERSION}});
+  return text;
+}
+
+void check_png_text(const PngText& text) {
+  const std::string problem = text_problem(text);
+  TESSERA_CHECK(problem.empty(), problem);
 }
 
 void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
@@ -61,24 +150,8 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   TESSERA_CHECK(rgb != nullptr, path, ": [png] no pixel data");
   TESSERA_CHECK(width > 0 && height > 0 && width <= (1 << 24) && height <= (1 << 24), path,
                 ": [png] image size ", width, "x", height, " is not positive or too large");
-  std::vector<spng_text> chunks(text.size());
-  static char empty[1] = {0};
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto& [key, value] = text[i];
-    TESSERA_CHECK(valid_keyword(key), path, ": [png] text keyword '", key,
-                  "' is invalid (expected 1-79 printable ASCII characters)");
-    TESSERA_CHECK(value.find('\0') == std::string::npos, path, ": [png] text '", key,
-                  "' contains a NUL byte");
-    spng_text& t = chunks[i];
-    std::snprintf(t.keyword, sizeof(t.keyword), "%s", key.c_str());
-    t.type = is_latin1_safe_ascii(value) ? SPNG_TEXT : SPNG_ITXT;
-    t.length = value.size();
-    t.text = const_cast<char*>(value.c_str());
-    t.compression_flag = 0;
-    t.compression_method = 0;
-    t.language_tag = empty;
-    t.translated_keyword = empty;
-  }
+  const std::string problem = text_problem(text);
+  TESSERA_CHECK(problem.empty(), path, ": ", problem);
   Ctx ctx(spng_ctx_new(SPNG_CTX_ENCODER));
   TESSERA_CHECK(ctx, path, ": [png] cannot create an encoder (out of memory)");
   spng_set_option(ctx.get(), SPNG_ENCODE_TO_BUFFER, 1);
@@ -88,8 +161,6 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   ihdr.bit_depth = 8;
   ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
   int err = spng_set_ihdr(ctx.get(), &ihdr);
-  if (!err && !chunks.empty())
-    err = spng_set_text(ctx.get(), chunks.data(), uint32_t(chunks.size()));
   const size_t bytes = size_t(width) * size_t(height) * 3;
   if (!err) err = spng_encode_image(ctx.get(), rgb, bytes, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
   TESSERA_CHECK(!err, path, ": [png] encoding failed (", spng_strerror(err), ")");
@@ -97,8 +168,19 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   std::unique_ptr<void, decltype(&std::free)> png(spng_get_png_buffer(ctx.get(), &png_size, &err),
                                                   &std::free);
   TESSERA_CHECK(png && !err, path, ": [png] encoding failed (", spng_strerror(err), ")");
-  write_file_atomically(
-      path, [&](std::FILE* fp) { return std::fwrite(png.get(), 1, png_size, fp) == png_size; });
+  // The text chunks go right after IHDR (signature 8 bytes, IHDR chunk 25), written here rather
+  // than by libspng, whose encoder refuses empty texts.
+  constexpr size_t kAfterIhdr = 33;
+  const char* p = static_cast<const char*>(png.get());
+  TESSERA_CHECK(png_size > kAfterIhdr && std::memcmp(p + 12, "IHDR", 4) == 0, path,
+                ": [png] encoder output does not start with IHDR");
+  std::string chunks;
+  for (const auto& [key, value] : text) chunks += text_chunk(key, value);
+  write_file_atomically(path, [&](std::FILE* fp) {
+    return std::fwrite(p, 1, kAfterIhdr, fp) == kAfterIhdr &&
+           std::fwrite(chunks.data(), 1, chunks.size(), fp) == chunks.size() &&
+           std::fwrite(p + kAfterIhdr, 1, png_size - kAfterIhdr, fp) == png_size - kAfterIhdr;
+  });
 }
 
 PngImage read_png(const std::string& path) {

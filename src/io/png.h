@@ -21,19 +21,26 @@ struct PngImage {
 // The parameters a generated image records.
 struct GenerationInfo {
   std::string prompt;
-  uint64_t seed = 0;
+  std::string prompt_2;  // the T5 prompt when given ("": `prompt` is the T5 prompt too)
+  std::string seed;  // the integer given to manual_seed, in decimal (negative ones stay negative)
   int steps = 0;
   double guidance = 0;
   int width = 0;
   int height = 0;
   std::string model;
 };
-// Keywords prompt, seed, steps, guidance, size ("WxH"), model and Software.
+// Keywords prompt, prompt_2 (when set), seed, steps, guidance, size ("WxH"), model and Software.
 PngText generation_text(const GenerationInfo& info);
 
+// Throws tessera::Error "[png] <problem>" unless write_png can store every entry of `text`:
+// keywords of 1-79 printable ASCII characters, texts in UTF-8 without NUL bytes (any length a
+// chunk holds, empty ones included).
+void check_png_text(const PngText& text);
+
 // Writes `rgb` (height x width x 3 uint8) atomically: a temporary file is renamed into place,
-// so `path` is either the whole new image or untouched. ASCII text goes in tEXt chunks, other
-// text (UTF-8) in iTXt. Throws tessera::Error "<path>: <problem>".
+// so `path` is either the whole new image or untouched. Text goes in chunks right after IHDR:
+// printable ASCII and line feeds (an empty text too) in tEXt, other text (UTF-8) in uncompressed
+// iTXt. Throws tessera::Error "<path>: <problem>".
 void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
                const PngText& text = {});
 

@@ -31,7 +31,7 @@ struct TextToImageOptions {
   StepCallback on_step_end;  // progress
 };
 
-// The checkpoint-specific defaults a user of diffusers would pass.
+// The defaults of the diffusers pipeline's __call__ (what generate uses when a flag is absent).
 struct PipelineDefaults {
   int num_inference_steps;
   double guidance_scale;

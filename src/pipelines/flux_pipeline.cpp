@@ -79,10 +79,7 @@ PipelineOutput FluxPipeline::generate(const TextToImageOptions& o) {
   return (*this)(call);
 }
 
-FluxDefaults FluxPipeline::defaults() const {
-  if (transformer->config.guidance_embeds) return {28, 3.5, 512};
-  return {4, 0.0, 256};
-}
+FluxDefaults FluxPipeline::defaults() const { return {28, 3.5, 512}; }
 
 FluxPipeline::PromptEmbeds FluxPipeline::encode_prompt(const std::vector<std::string>& prompt,
                                                        const std::vector<std::string>& prompt_2,

@@ -33,8 +33,10 @@ struct FluxCallOptions {
   StepCallback on_step_end;                   // called after each step
 };
 
-// The checkpoint-specific defaults a user of diffusers would pass for each FLUX.1 variant
-// (schnell: 4 steps, guidance 0, 256 T5 tokens; dev: 28 steps, guidance 3.5, 512 tokens).
+// The defaults of diffusers' FluxPipeline.__call__, the same for every FLUX.1 checkpoint:
+// 28 steps, guidance 3.5 (used only by transformers with guidance_embeds), 512 T5 tokens.
+// (FLUX.1-schnell's model card recommends 4 steps, guidance 0 and 256 tokens, which a caller
+// passes explicitly, as in diffusers.)
 using FluxDefaults = PipelineDefaults;
 
 class FluxPipeline : public DiffusionPipeline {

@@ -11,6 +11,29 @@ namespace detail {
 void box_muller_mathfun_avx2(float* d, int64_t blocks, float mean, float std_);
 }  // namespace detail
 
+std::optional<ManualSeed> ManualSeed::parse(std::string_view text) {
+  const bool minus = !text.empty() && text[0] == '-';
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  uint64_t magnitude = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const uint64_t digit = uint64_t(c - '0');
+    if (magnitude > (UINT64_MAX - digit) / 10) return std::nullopt;  // past 2^64 - 1
+    magnitude = magnitude * 10 + digit;
+  }
+  if (!minus || magnitude == 0) return ManualSeed{magnitude, false};
+  if (magnitude > (uint64_t(1) << 63)) return std::nullopt;  // below -2^63
+  return ManualSeed{0 - magnitude, true};  // two's complement, as torch's reinterpret_cast
+}
+
+std::string ManualSeed::str() const {
+  if (!negative) return std::to_string(bits);
+  std::string s = "-";
+  s += std::to_string(0 - bits);
+  return s;
+}
+
 // ---- mt19937, seeded and stepped as torch's at::mt19937 -----------------------------------
 
 void Generator::manual_seed(uint64_t seed) {

@@ -4,6 +4,9 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "runtime/tensor.h"
 
@@ -13,6 +16,17 @@ namespace tessera {
 // its CPU capability: AVX2 and AVX512 builds use the Cephes-style avx_mathfun polynomials, the
 // DEFAULT build (no AVX2, or ATEN_CPU_CAPABILITY=default) calls libm logf/cosf/sinf.
 enum class NormalKernel { avx_mathfun, libm };
+
+// An argument torch.Generator.manual_seed accepts: an integer in [-2^63, 2^64 - 1]. torch
+// raises on anything else, and seeds a negative one as its two's complement, seed + 2^64.
+struct ManualSeed {
+  static constexpr const char* kRange = "[-9223372036854775808, 18446744073709551615]";
+  uint64_t bits = 0;      // what the generator is seeded with
+  bool negative = false;  // the integer given is bits - 2^64
+  // Decimal text ("42", "-1", "+7", "007"); nullopt if it is not an integer in the range.
+  static std::optional<ManualSeed> parse(std::string_view text);
+  std::string str() const;  // the integer given, in decimal
+};
 
 // Not thread-safe: one generator per thread, or serialise draws (torch takes a mutex).
 class Generator {
