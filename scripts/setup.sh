@@ -7,7 +7,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev            # libFuzzer target and sanitizers
   libdnnl-dev                            # oneDNN: GEMM and convolution (docs/decisions/0002)
   libopenblas-dev                        # only for the GEMM library comparison benchmark
-  nlohmann-json3-dev libcli11-dev libspng-dev libsentencepiece-dev
+  nlohmann-json3-dev libcli11-dev libspng-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()
