@@ -209,18 +209,9 @@ inline Shape odd_shape(Builder& b, int ndim, int64_t max_size = 33) {
 // ---------------------------------------------------------------------------------------------
 // Running and comparing.
 
-// Host tensors onto `d`. Only "cpu" exists today; a backend must add its upload here (there is
-// no host-to-device copy in the runtime yet), and the suite fails loudly until it does.
-inline Tensor to_device(const Tensor& t, const Device& d) {
-  if (!t.defined() || d == Device::cpu()) return t;
-  TESSERA_FAIL("[conformance] no host-to-device copy for ", d.str(),
-               " yet: add it to conformance::to_device");
-}
-inline Tensor to_host(const Tensor& t) {
-  if (!t.defined() || t.device() == Device::cpu()) return t;
-  TESSERA_FAIL("[conformance] no device-to-host copy for ", t.device().str(),
-               " yet: add it to conformance::to_host");
-}
+// Host tensors onto `d` and back, through the backends' copies (runtime/backend.h).
+inline Tensor to_device(const Tensor& t, const Device& d) { return t.defined() ? t.to(d) : t; }
+inline Tensor to_host(const Tensor& t) { return t.defined() ? t.to(Device::cpu()) : t; }
 
 // Materialised contiguous host copies (in strict eager, so clone is not recorded).
 inline std::vector<Tensor> settle(const std::vector<Tensor>& outs) {

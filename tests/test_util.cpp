@@ -105,6 +105,13 @@ static ::testing::AssertionResult same_shape(const Tensor& a, const Tensor& e) {
          << ", max |expected| " << max_ref;
 }
 
+std::string show_ids(const std::vector<int64_t>& ids) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ids.size() && i < 40; ++i) os << ids[i] << ' ';
+  if (ids.size() > 40) os << "... (" << ids.size() << ")";
+  return os.str();
+}
+
 std::string diff_summary(const Tensor& a, const Tensor& e) {
   const auto av = a.to_floats(), ev = e.to_floats();
   double mx = 0, sum = 0, ref = 0;

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "runtime/error.h"
 #include "runtime/tensor.h"
@@ -42,6 +43,9 @@ std::string error_message(F&& f) {
   }
   return "";
 }
+
+// Token ids for a failure message: the first 40, then the count.
+std::string show_ids(const std::vector<int64_t>& ids);
 
 // Bit-for-bit equality (same dtype, same shape, same bytes).
 ::testing::AssertionResult bit_equal(const Tensor& actual, const Tensor& expected);

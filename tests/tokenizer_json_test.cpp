@@ -38,13 +38,6 @@ const json& golden() {
   if (!test::has_fixture(kForms) || !test::has_fixture(kGolden)) \
   GTEST_SKIP() << "missing fixture " << kForms
 
-std::string show(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size() && i < 40; ++i) os << v[i] << ' ';
-  if (v.size() > 40) os << "... (" << v.size() << ")";
-  return os.str();
-}
-
 // Compares ids (and the mask when the golden has one) for every string; reports up to 5.
 template <typename Fn>
 void expect_column(const json& strings, const json& expected, const std::string& what, Fn encode) {
@@ -64,7 +57,7 @@ void expect_column(const json& strings, const json& expected, const std::string&
     }
     if (!ok && ++failures <= 5)
       ADD_FAILURE() << what << " string #" << i << " " << json(text).dump() << "\n  expected "
-                    << show(want) << "\n  actual   " << show(got.ids);
+                    << test::show_ids(want) << "\n  actual   " << test::show_ids(got.ids);
   }
   EXPECT_EQ(failures, 0) << what << ": " << failures << " of " << strings.size() << " differ";
 }

@@ -33,13 +33,6 @@ std::string mask_string(const std::vector<int64_t>& mask) {
   return s;
 }
 
-std::string show(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size() && i < 40; ++i) os << v[i] << ' ';
-  if (v.size() > 40) os << "... (" << v.size() << ")";
-  return os.str();
-}
-
 // Compares one golden column against `encode(string)`; reports up to 5 mismatching strings.
 template <typename Fn>
 void expect_matches(const std::string& column, Fn encode) {
@@ -55,7 +48,7 @@ void expect_matches(const std::string& column, Fn encode) {
     if (got.ids != want || mask_string(got.attention_mask) != want_mask) {
       if (++failures <= 5)
         ADD_FAILURE() << column << " string #" << i << " " << json(text).dump()
-                      << "\n  expected ids " << show(want) << "\n  actual   ids " << show(got.ids)
+                      << "\n  expected ids " << test::show_ids(want) << "\n  actual   ids " << test::show_ids(got.ids)
                       << "\n  expected mask " << want_mask << "\n  actual   mask "
                       << mask_string(got.attention_mask);
     }
@@ -149,7 +142,7 @@ void expect_random_matches(const std::string& column, Fn tokenize) {
     std::vector<int64_t> got = tokenize(text);
     if (got != want && ++failures <= 5)
       ADD_FAILURE() << column << " random string #" << i << " " << json(text).dump()
-                    << "\n  expected " << show(want) << "\n  actual   " << show(got);
+                    << "\n  expected " << test::show_ids(want) << "\n  actual   " << test::show_ids(got);
   }
   EXPECT_EQ(failures, 0) << column << ": " << failures << " of " << strings.size() << " differ";
 }
@@ -183,8 +176,8 @@ TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
     std::vector<int64_t> want = expected[i].get<std::vector<int64_t>>();
     std::vector<int64_t> got = tok.tokenize(strings[i].get<std::string>(), false);
     if (got != want && ++failures <= 5)
-      ADD_FAILURE() << "string #" << i << " " << strings[i].dump() << "\n  expected " << show(want)
-                    << "\n  actual   " << show(got);
+      ADD_FAILURE() << "string #" << i << " " << strings[i].dump() << "\n  expected " << test::show_ids(want)
+                    << "\n  actual   " << test::show_ids(got);
   }
   EXPECT_EQ(failures, 0);
   expect_random_matches("random_mistral_llama3",

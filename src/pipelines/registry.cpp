@@ -107,6 +107,14 @@ std::unique_ptr<DiffusionPipeline> load_flux(PipelineFolder folder,
   return FluxPipeline::from_folder(std::move(folder), options);
 }
 
+// The entry of `classes` named `class_name`, or null.
+template <typename Class>
+const Class* find_class(const std::vector<Class>& classes, const std::string& class_name) {
+  for (const auto& c : classes)
+    if (c.class_name == class_name) return &c;
+  return nullptr;
+}
+
 }  // namespace
 
 const std::vector<ComponentClass>& component_classes() {
@@ -123,9 +131,7 @@ const std::vector<ComponentClass>& component_classes() {
 }
 
 const ComponentClass* find_component_class(const std::string& class_name) {
-  for (const auto& c : component_classes())
-    if (c.class_name == class_name) return &c;
-  return nullptr;
+  return find_class(component_classes(), class_name);
 }
 
 std::string supported_component_classes() {
@@ -149,9 +155,7 @@ const std::vector<PipelineClass>& pipeline_classes() {
 }
 
 const PipelineClass* find_pipeline_class(const std::string& class_name) {
-  for (const auto& p : pipeline_classes())
-    if (p.class_name == class_name) return &p;
-  return nullptr;
+  return find_class(pipeline_classes(), class_name);
 }
 
 std::string supported_pipeline_classes() {

@@ -117,6 +117,27 @@ void* Tensor::raw_data() const {
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(dtype_size(dtype()));
 }
 
+Tensor Tensor::to(const Device& d) const {
+  TESSERA_CHECK(defined(), "[to] tensor is undefined");
+  if (device() == d) return *this;
+  Backend& from = backend_for(device());
+  Backend& onto = backend_for(d);
+  Tensor src = *this;
+  if (!src.is_contiguous()) {  // backends copy whole blocks: gather the view on its device
+    Tensor c = Tensor::empty(shape(), dtype(), device());
+    from.copy(src, c);
+    src = c;
+  }
+  Tensor out = Tensor::empty(shape(), dtype(), d);
+  if (numel() == 0) return out;
+  // Through host memory: neither backend knows the other's memory.
+  std::vector<char> host(nbytes());
+  from.copy_to_host(*src.storage(), size_t(src.offset()) * dtype_size(dtype()), host.data(),
+                    host.size());
+  onto.copy_from_host(host.data(), *out.storage(), 0, host.size());
+  return out;
+}
+
 static Tensor with_view(const Tensor& t, Shape shape, Strides strides, int64_t offset) {
   // Field by field: copying the whole TensorImpl would copy the shape and strides it replaces.
   const TensorImpl& src = *t.impl();

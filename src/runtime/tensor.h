@@ -88,6 +88,10 @@ class Tensor {
   // Alias with the same view but another dtype of equal size (bit reinterpretation).
   Tensor bitcast(DType dtype) const;
 
+  // A contiguous copy on `d` through the two devices' backends (a sync point), or this tensor
+  // when it is already on `d`.
+  Tensor to(const Device& d) const;
+
   // Host reads (sync points): values converted to float / int64, in logical order.
   std::vector<float> to_floats() const;
   std::vector<int64_t> to_ints() const;

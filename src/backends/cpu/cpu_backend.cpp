@@ -54,6 +54,8 @@ class CpuBackend final : public Backend {
     return p.prepare_cpu(ins, outs);
   }
   void copy(const Tensor& src, Tensor& dst) override {
+    wait_for_storage(*src.storage());  // src may still be written on the asynchronous stream
+    wait_for_storage(*dst.storage());
     Copy c;
     std::vector<Tensor> out{dst};
     c.eval_cpu({src}, out);
