@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 namespace {
@@ -26,9 +27,12 @@ int fail(std::string message) {
 // the CLI re-executes itself with a passive wait unless the user chose a policy or one thread
 // (decision 0006). If the re-exec fails, it runs on with the default.
 void prefer_passive_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  const char* threads = std::getenv("TESSERA_NUM_THREADS");
-  if (threads && std::atoi(threads) == 1) return;
+  if (tessera::env::raw("OMP_WAIT_POLICY") || tessera::env::raw("GOMP_SPINCOUNT")) return;
+  try {
+    if (tessera::env::integer(tessera::EnvVar::num_threads) == 1) return;
+  } catch (const tessera::Error&) {
+    // A malformed value is reported by env::validate() below, once errors can be printed.
+  }
   if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
   execv("/proc/self/exe", argv);
 }
@@ -54,6 +58,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    tessera::env::validate();  // a malformed TESSERA_* value fails here, before any work
     return run();
   } catch (const tessera::Error& e) {
     return fail(e.what());

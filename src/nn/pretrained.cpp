@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 namespace tessera {
@@ -36,15 +37,11 @@ void load_checked(Module& model, const WeightSource& source, DType dtype,
 
 void apply_environment(Module& model) {
   if (model.repeated_blocks().empty()) return;
-  const char* mode = std::getenv("TESSERA_COMPILE");
-  if (!mode || !*mode) return;
-  if (std::strcmp(mode, "full") == 0)
+  const std::string mode = env::choice(EnvVar::compile);
+  if (mode == "full")
     model.compile();
-  else if (std::strcmp(mode, "regional") == 0)
+  else if (mode == "regional")
     model.compile_repeated_blocks();
-  else
-    TESSERA_FAIL("[", model.class_name(), "] TESSERA_COMPILE='", mode,
-                 "' is not a mode; use full or regional");
 }
 
 }  // namespace tessera

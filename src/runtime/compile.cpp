@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "runtime/backend.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/executor.h"
 #include "runtime/modes.h"
@@ -21,7 +22,7 @@ struct Settings {
   std::mutex mu;
   bool dir_read = false;
   std::string dir;
-  bool fuse = std::getenv("TESSERA_DEFER_NO_FUSE") == nullptr;
+  bool fuse = !env::flag(EnvVar::defer_no_fuse);
 };
 Settings& settings() {
   static Settings* s = new Settings();
@@ -306,8 +307,7 @@ std::string compile_cache_dir() {
   Settings& s = settings();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.dir_read) {
-    const char* v = std::getenv("TESSERA_CACHE_DIR");
-    s.dir = v ? v : "";
+    s.dir = env::string(EnvVar::cache_dir);
     s.dir_read = true;
   }
   return s.dir;

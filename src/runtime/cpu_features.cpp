@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <cstring>
+#include <string>
+
+#include "runtime/env.h"
 
 namespace tessera {
 namespace {
@@ -71,11 +74,10 @@ const char* cpu_isa_name(CpuIsa isa) {
 CpuIsa cpu_isa() {
   static const CpuIsa isa = [] {
     CpuIsa best = detect();
-    if (const char* cap = std::getenv("TESSERA_CPU_ISA")) {
-      for (CpuIsa c : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16,
+    const std::string cap = env::choice(EnvVar::cpu_isa);
+    for (CpuIsa c : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16,
                      CpuIsa::amx_bf16}) {
-        if (std::strcmp(cap, cpu_isa_name(c)) == 0 && c < best) best = c;
-      }
+      if (cap == cpu_isa_name(c) && c < best) best = c;
     }
     return best;
   }();

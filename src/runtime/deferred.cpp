@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "runtime/backend.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fusion.h"
 #include "runtime/executor.h"
@@ -21,11 +22,6 @@
 namespace tessera {
 namespace graph_detail {
 namespace {
-
-int64_t env_int(const char* name, int64_t dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoll(v) : dflt;
-}
 
 // A planned segment, cached by fingerprint. It is also the template that guarded replay checks
 // arriving ops against, and it holds its executable (argument lists and prepared kernels built
@@ -59,10 +55,10 @@ struct State {
   std::vector<Node> nodes;          // normal recording
   std::vector<uint64_t> op_hashes;  // per recorded node
   uint64_t segment = 1;
-  int64_t node_limit = env_int("TESSERA_DEFER_MAX_NODES", 4096);
-  bool repeat = env_int("TESSERA_DEFER_REPEAT_CUT", 1) != 0;
-  bool fuse = env_int("TESSERA_DEFER_NO_FUSE", 0) == 0;
-  bool replay_enabled = env_int("TESSERA_DEFER_NO_REPLAY", 0) == 0;
+  int64_t node_limit = *env::integer(EnvVar::defer_max_nodes);
+  bool repeat = env::flag(EnvVar::defer_repeat_cut);
+  bool fuse = !env::flag(EnvVar::defer_no_fuse);
+  bool replay_enabled = !env::flag(EnvVar::defer_no_replay);
   RepeatWindow window;
   std::unordered_map<uint64_t, std::shared_ptr<Segment>> cache;
   // Recent segments per first op (most recent last): alternatives when a prediction fails.

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "runtime/env.h"
 #include "runtime/graph.h"
 #include "runtime/primitive.h"
 #include "runtime/backend.h"
@@ -13,22 +14,17 @@
 namespace tessera {
 namespace {
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-
 std::atomic<int>& mode_state() {
-  static std::atomic<int> m{env_flag("TESSERA_DEFER_AND_FUSE") ? int(EagerMode::DeferAndFuse)
+  static std::atomic<int> m{env::flag(EnvVar::defer_and_fuse) ? int(EagerMode::DeferAndFuse)
                                                                : int(EagerMode::DeferNever)};
   return m;
 }
 std::atomic<bool>& async_state() {
-  static std::atomic<bool> a{env_flag("TESSERA_ASYNC_DISPATCH")};
+  static std::atomic<bool> a{env::flag(EnvVar::async_dispatch)};
   return a;
 }
 std::atomic<bool>& blocking_state() {
-  static std::atomic<bool> b{env_flag("TESSERA_LAUNCH_BLOCKING")};
+  static std::atomic<bool> b{env::flag(EnvVar::launch_blocking)};
   return b;
 }
 

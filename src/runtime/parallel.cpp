@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "runtime/env.h"
+
 namespace tessera {
 namespace {
 int initial_threads() {
-  if (const char* s = std::getenv("TESSERA_NUM_THREADS")) {
-    const int n = std::atoi(s);
-    if (n > 0) {
-      omp_set_num_threads(n);
-      return n;
-    }
+  if (const auto n = env::integer(EnvVar::num_threads)) {
+    omp_set_num_threads(int(*n));
+    return int(*n);
   }
   return omp_get_max_threads();
 }
@@ -34,10 +33,7 @@ void set_num_threads(int n) {
 }
 
 int64_t min_parallel_work() {
-  static const int64_t w = [] {
-    const char* s = std::getenv("TESSERA_MIN_PARALLEL_WORK");  // decision 0017
-    return s && std::atoll(s) > 0 ? std::atoll(s) : int64_t(1) << 20;
-  }();
+  static const int64_t w = *env::integer(EnvVar::min_parallel_work);  // decision 0017
   return w;
 }
 

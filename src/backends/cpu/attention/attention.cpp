@@ -23,6 +23,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
 
@@ -300,15 +301,10 @@ struct TileBuf {
   }
 };
 
-int64_t env_or(const char* name, int64_t fallback) {
-  const char* s = std::getenv(name);
-  return s && std::atoll(s) > 0 ? std::atoll(s) : fallback;
-}
-
 void sdpa_tiled(const SdpaArgs& a, bool avx512) {
   // Query blocks of 256 rows amortise oneDNN's repacking of each K/V block (overridable for
   // tuning); key blocks are torch's 512, which the exp emulation depends on.
-  static const int64_t kQB = env_or("TESSERA_SDPA_QBLOCK", 256);
+  static const int64_t kQB = *env::integer(EnvVar::sdpa_qblock);
   const int64_t QB = std::min(kQB, a.Lq), KB = std::min(cpu::kSdpaKeyBlock, a.Lk);
   const int64_t nqb = (a.Lq + QB - 1) / QB, rep = a.H / a.Hkv;
   const size_t es = a.es();

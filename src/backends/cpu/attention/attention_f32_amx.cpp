@@ -17,6 +17,7 @@
 #include "backends/cpu/attention/attention_kernels.h"
 #include "backends/cpu/attention/attention_row_avx512.h"
 #include "runtime/cpu_features.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
 #include "runtime/tensor.h"
@@ -59,11 +60,13 @@ std::pair<int, int> products_setting() {
   int qk = g_qk.load(), pv = g_pv.load();
   if (qk == 0) {
     qk = kSdpaF32QkProducts, pv = kSdpaF32PvProducts;
-    if (const char* s = std::getenv("TESSERA_SDPA_F32_PRODUCTS")) {
-      const int a = std::atoi(s);
-      const char* comma = std::strchr(s, ',');
-      const int b = comma ? std::atoi(comma + 1) : a;
-      if (valid_products(a) && valid_products(b)) qk = a, pv = b;
+    const std::string s = env::string(EnvVar::sdpa_f32_products);
+    if (!s.empty()) {
+      const size_t comma = s.find(',');
+      const std::string a = s.substr(0, comma), b = comma == s.npos ? a : s.substr(comma + 1);
+      qk = a.size() == 1 ? a[0] - '0' : 0, pv = b.size() == 1 ? b[0] - '0' : 0;
+      if (!valid_products(qk) || !valid_products(pv))
+        env::malformed(EnvVar::sdpa_f32_products, s, "expected qk[,pv], each 3, 4 or 6");
     }
   }
   return {qk, pv};

@@ -24,6 +24,7 @@
 #include "ops/attention.h"
 #include "ops/copy.h"
 #include "runtime/cpu_features.h"
+#include "runtime/env.h"
 #include "runtime/parallel.h"
 
 namespace tessera {
@@ -81,10 +82,7 @@ class PreparedSdpa final : public PreparedKernel {
  public:
   // `a` holds the call's sizes and strides (pointers are set per run).
   PreparedSdpa(const SdpaArgs& a, bool avx512) : a_(a), avx512_(avx512) {
-    static const int64_t kQB = [] {
-      const char* s = std::getenv("TESSERA_SDPA_QBLOCK");  // as attention.cpp
-      return s && std::atoll(s) > 0 ? std::atoll(s) : int64_t(256);
-    }();
+    static const int64_t kQB = *env::integer(EnvVar::sdpa_qblock);  // as attention.cpp
     QB_ = std::min(kQB, a.Lq);
     KB_ = std::min(cpu::kSdpaKeyBlock, a.Lk);
     nqb_ = (a.Lq + QB_ - 1) / QB_;

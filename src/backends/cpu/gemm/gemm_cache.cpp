@@ -13,6 +13,7 @@
 #include "backends/cpu/onednn_util.h"
 #include "ops/linalg.h"
 #include "runtime/cpu_features.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/parallel.h"
 
@@ -24,7 +25,7 @@ std::atomic<int64_t> g_prim_hits{0}, g_prim_misses{0}, g_packed_hits{0}, g_packe
 
 // TESSERA_CPU_ISA caps oneDNN too, so one machine can test every kernel path.
 void cap_isa() {
-  if (!std::getenv("TESSERA_CPU_ISA")) return;
+  if (!env::is_set(EnvVar::cpu_isa)) return;
   switch (cpu_isa()) {
     case CpuIsa::scalar:
       dnnl::set_max_cpu_isa(dnnl::cpu_isa::sse41);
@@ -71,9 +72,7 @@ class PackedCache {
     // 5.1 GB packed, so with 4 GiB an eager f32 step reordered all of them (page faults, 10%).
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0) capacity_ = std::max(capacity_, size_t(pages) * size_t(page) / 3);
-    if (const char* s = std::getenv("TESSERA_PACKED_WEIGHT_CACHE_MB")) {
-      capacity_ = size_t(std::atoll(s)) << 20;
-    }
+    if (const auto mb = env::integer(EnvVar::packed_weight_cache_mb)) capacity_ = size_t(*mb) << 20;
   }
 
   dnnl::memory get(const Tensor& w, const dnnl::memory::desc& user_md,
