@@ -2,6 +2,7 @@
 
 #include "ops/linalg.h"
 #include "runtime/error.h"
+#include "runtime/primitive.h"
 
 namespace tessera {
 
@@ -62,6 +63,43 @@ OffloadedModel* DiffusionPipeline::weights_of(const Module& model) const {
   for (const auto& m : models_)
     if (m.model == &model) return m.weights.get();
   return nullptr;
+}
+
+DiffusionPipeline::StageStart DiffusionPipeline::begin_stage() {
+  StageStart s{StageMemoryMeter(), 0.0};
+  s.t0 = now_seconds();  // after the meter's resets, which are not the stage's work
+  return s;
+}
+
+void DiffusionPipeline::end_stage(Stage stage, const StageStart& start, PipelineOutput& out) {
+  synchronize();
+  const double seconds = now_seconds() - start.t0;
+  switch (stage) {
+    case Stage::encode:
+      out.times.encode_seconds = seconds;
+      out.memory.encode = start.meter.finish();
+      break;
+    case Stage::denoise:
+      out.memory.denoise = start.meter.finish();
+      break;
+    case Stage::decode:
+      out.times.decode_seconds = seconds;
+      out.memory.decode = start.meter.finish();
+      break;
+  }
+}
+
+void DiffusionPipeline::denoising_loop(int steps, PipelineOutput& out,
+                                       const StepCallback& on_step_end,
+                                       const std::function<Tensor(int)>& step) {
+  const OffloadScope scope = offload_scope(denoiser());
+  for (int i = 0; i < steps; ++i) {
+    const double t0 = now_seconds();
+    const Tensor latents = step(i);
+    synchronize();
+    out.times.step_seconds.push_back(now_seconds() - t0);
+    if (on_step_end) on_step_end(i, steps, latents);
+  }
 }
 
 void DiffusionPipeline::release_all_weights() {

@@ -1,19 +1,24 @@
 // DiffusionPipeline: what every pipeline shares, as diffusers' DiffusionPipeline does. The class
 // comes from model_index.json's _class_name (pipelines/registry.h); a derived pipeline loads its
 // components through load_model (each folder resolved once, weights recorded for offload) and
-// runs its stages with the helpers below; offload (model / sequential) is applied here from the
-// models' declared repeated blocks, never inside a model.
+// says only what each stage computes: run_stage times, meters and synchronizes a stage,
+// denoising_loop times each step and reports progress, offload_scope holds a model's weights.
+// Offload (model / sequential) is applied here from the models' declared repeated blocks, never
+// inside a model.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "io/model_folder.h"
 #include "nn/pretrained.h"
 #include "pipelines/offload.h"
 #include "pipelines/pipeline_common.h"
+#include "runtime/memory_stats.h"
 
 namespace tessera {
 
@@ -88,6 +93,32 @@ class DiffusionPipeline {
   void finish_loading(const PipelineLoadOptions& options);
   // The offload record of a loaded model, for OffloadScope (null when it was not loaded here).
   OffloadedModel* weights_of(const Module& model) const;
+  // Holds `model`'s weights while the returned scope lives (no-op without offload):
+  //   const OffloadScope scope = offload_scope(*vae);
+  OffloadScope offload_scope(const Module& model) const { return {weights_of(model), offload_}; }
+
+  // The stages of a call, as the report names them (out.times, out.memory).
+  enum class Stage { encode, denoise, decode };
+  // Runs one stage: resets the memory peaks, runs body, synchronizes (so queued work counts),
+  // then records out.memory.<stage> and, for encode and decode, out.times.<stage>_seconds
+  // (denoise is timed per step by denoising_loop). Returns what body returns.
+  template <class F>
+  auto run_stage(Stage stage, PipelineOutput& out, F&& body) {
+    const StageStart start = begin_stage();
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      body();
+      end_stage(stage, start, out);
+    } else {
+      auto result = body();
+      end_stage(stage, start, out);
+      return result;
+    }
+  }
+  // The denoising loop, inside Stage::denoise: holds the denoiser's weights for all steps;
+  // step(i) runs step i and returns the latents after it, which is then synchronized, timed into
+  // out.times.step_seconds and passed to on_step_end.
+  void denoising_loop(int steps, PipelineOutput& out, const StepCallback& on_step_end,
+                      const std::function<Tensor(int)>& step);
 
   std::string path_, class_name_;
   DType dtype_ = DType::f32;
@@ -95,6 +126,13 @@ class DiffusionPipeline {
   Device device_;
 
  private:
+  struct StageStart {
+    StageMemoryMeter meter;
+    double t0;
+  };
+  static StageStart begin_stage();
+  static void end_stage(Stage stage, const StageStart& start, PipelineOutput& out);
+
   void adopt(Module& model, const std::string& name);
   void release_all_weights();
 

@@ -9,7 +9,6 @@
 #include "ops/linalg.h"
 #include "ops/shape_ops.h"
 #include "runtime/error.h"
-#include "runtime/primitive.h"
 #include "runtime/random.h"
 
 namespace tessera {
@@ -105,11 +104,11 @@ FluxPipeline::PromptEmbeds FluxPipeline::encode_prompt(const std::vector<std::st
   PromptEmbeds e;
   Tensor pooled, t5;
   {
-    const OffloadScope scope(weights_of(*text_encoder), offload_);
+    const OffloadScope scope = offload_scope(*text_encoder);
     pooled = text_encoder->forward(tokenizers::to_tensors(clip_ids).first).pooler_output;
   }
   {
-    const OffloadScope scope(weights_of(*text_encoder_2), offload_);
+    const OffloadScope scope = offload_scope(*text_encoder_2);
     t5 = text_encoder_2->forward(tokenizers::to_tensors(t5_ids).first).last_hidden_state;
   }
   e.pooled_prompt_embeds = repeat_rows(astype(pooled, dtype_), n);
@@ -163,76 +162,62 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
   const double guidance_scale = o.guidance_scale.value_or(d.guidance_scale);
 
   PipelineOutput out;
-  double t0 = now_seconds();
-  std::optional<StageMemoryMeter> meter(std::in_place);
-  const PromptEmbeds e =
-      encode_prompt(o.prompt, prompt_2, o.num_images_per_prompt, o.max_sequence_length);
-  synchronize();
-  out.times.encode_seconds = now_seconds() - t0;
-  out.memory.encode = meter->finish();
-  meter.emplace();
+  const PromptEmbeds e = run_stage(Stage::encode, out, [&] {
+    return encode_prompt(o.prompt, prompt_2, o.num_images_per_prompt, o.max_sequence_length);
+  });
 
-  const int64_t batch = e.prompt_embeds.dim(0);
-  const int64_t lh = 2 * (height / multiple), lw = 2 * (width / multiple);
-  const int64_t channels = transformer->config.in_channels / 4;
-  Tensor latents;
-  if (o.latents.defined()) {
-    const Shape expected{batch, (lh / 2) * (lw / 2), channels * 4};
-    TESSERA_CHECK(o.latents.shape() == expected, "[FluxPipeline] latents have shape ",
-                  shape_str(o.latents.shape()), "; expected ", shape_str(expected));
-    latents = astype(o.latents, dtype_);
-  } else {
-    out.seed = o.seed ? *o.seed : std::random_device{}();
-    Generator gen(out.seed);
-    latents = pack_latents(randn({batch, channels, lh, lw}, dtype_, gen));
-  }
-  out.initial_latents = latents;
-  const Tensor img_ids = latent_image_ids(lh / 2, lw / 2, dtype_);
+  const Tensor denoised = run_stage(Stage::denoise, out, [&] {
+    const int64_t batch = e.prompt_embeds.dim(0);
+    const int64_t lh = 2 * (height / multiple), lw = 2 * (width / multiple);
+    const int64_t channels = transformer->config.in_channels / 4;
+    Tensor latents;
+    if (o.latents.defined()) {
+      const Shape expected{batch, (lh / 2) * (lw / 2), channels * 4};
+      TESSERA_CHECK(o.latents.shape() == expected, "[FluxPipeline] latents have shape ",
+                    shape_str(o.latents.shape()), "; expected ", shape_str(expected));
+      latents = astype(o.latents, dtype_);
+    } else {
+      out.seed = o.seed ? *o.seed : std::random_device{}();
+      Generator gen(out.seed);
+      latents = pack_latents(randn({batch, channels, lh, lw}, dtype_, gen));
+    }
+    out.initial_latents = latents;
+    const Tensor img_ids = latent_image_ids(lh / 2, lw / 2, dtype_);
 
-  std::vector<double> sigmas = o.sigmas ? *o.sigmas : np_linspace(1.0, 1.0 / steps, steps);
-  const auto& sc = scheduler->config();
-  const double mu = calculate_shift(latents.dim(1), sc.base_image_seq_len, sc.max_image_seq_len,
-                                    sc.base_shift, sc.max_shift);
-  scheduler->set_timesteps(steps, sigmas, mu);
-  Tensor guidance;
-  if (transformer->config.guidance_embeds)
-    guidance = full({batch}, float(guidance_scale), DType::f32);
+    std::vector<double> sigmas = o.sigmas ? *o.sigmas : np_linspace(1.0, 1.0 / steps, steps);
+    const auto& sc = scheduler->config();
+    const double mu = calculate_shift(latents.dim(1), sc.base_image_seq_len, sc.max_image_seq_len,
+                                      sc.base_shift, sc.max_shift);
+    scheduler->set_timesteps(steps, sigmas, mu);
+    Tensor guidance;
+    if (transformer->config.guidance_embeds)
+      guidance = full({batch}, float(guidance_scale), DType::f32);
 
-  std::optional<OffloadScope> transformer_scope(std::in_place, weights_of(*transformer),
-                                                offload_);
-  for (int i = 0; i < steps; ++i) {
-    t0 = now_seconds();
-    const float t = scheduler->timesteps()[size_t(i)];
-    FluxTransformerInputs in;
-    in.hidden_states = latents;
-    in.timestep = div(full({batch}, t, dtype_), 1000.0);  // t.to(latents.dtype) / 1000
-    in.guidance = guidance;
-    in.pooled_projections = e.pooled_prompt_embeds;
-    in.encoder_hidden_states = e.prompt_embeds;
-    in.txt_ids = e.text_ids;
-    in.img_ids = img_ids;
-    const Tensor noise_pred = transformer->forward(in);
-    latents = scheduler->step(noise_pred, i, latents);
-    synchronize();
-    out.times.step_seconds.push_back(now_seconds() - t0);
-    if (o.on_step_end) o.on_step_end(i, steps, latents);
-  }
+    denoising_loop(steps, out, o.on_step_end, [&](int i) {
+      const float t = scheduler->timesteps()[size_t(i)];
+      FluxTransformerInputs in;
+      in.hidden_states = latents;
+      in.timestep = div(full({batch}, t, dtype_), 1000.0);  // t.to(latents.dtype) / 1000
+      in.guidance = guidance;
+      in.pooled_projections = e.pooled_prompt_embeds;
+      in.encoder_hidden_states = e.prompt_embeds;
+      in.txt_ids = e.text_ids;
+      in.img_ids = img_ids;
+      const Tensor noise_pred = transformer->forward(in);
+      latents = scheduler->step(noise_pred, i, latents);
+      return latents;
+    });
+    return latents;
+  });
 
-  transformer_scope.reset();
-  out.memory.denoise = meter->finish();
-  meter.emplace();
-
-  t0 = now_seconds();
-  Tensor z = unpack_latents(latents, height, width, vae_scale_factor_);
-  z = add(div(z, scaling_factor_), shift_factor_);
-  {
-    const OffloadScope scope(weights_of(*vae), offload_);
+  run_stage(Stage::decode, out, [&] {
+    Tensor z = unpack_latents(denoised, height, width, vae_scale_factor_);
+    z = add(div(z, scaling_factor_), shift_factor_);
+    const OffloadScope scope = offload_scope(*vae);
     const Tensor decoded = vae->decode(z);
     out.image = postprocess_image(decoded);
     out.images = to_uint8_images(out.image);
-  }
-  out.times.decode_seconds = now_seconds() - t0;
-  out.memory.decode = meter->finish();
+  });
   return out;
 }
 
