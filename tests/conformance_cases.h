@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -44,12 +44,18 @@ enum class View : uint8_t {
 
 inline const char* view_name(View v) {
   switch (v) {
-    case View::contiguous: return "contig";
-    case View::transposed: return "transposed";
-    case View::strided: return "strided";
-    case View::offset: return "offset";
-    case View::broadcast: return "bcast";
-    case View::permuted: return "permuted";
+    case View::contiguous:
+      return "contig";
+    case View::transposed:
+      return "transposed";
+    case View::strided:
+      return "strided";
+    case View::offset:
+      return "offset";
+    case View::broadcast:
+      return "bcast";
+    case View::permuted:
+      return "permuted";
   }
   return "?";
 }
@@ -104,12 +110,23 @@ class Builder {
     if (shape.empty() && view != View::contiguous) view = View::contiguous;
     Shape base = shape;
     switch (view) {
-      case View::contiguous: break;
-      case View::transposed: std::swap(base[base.size() - 1], base[base.size() - 2]); break;
-      case View::strided: base[0] = 2 * shape[0] + 1; break;
-      case View::offset: base.back() = shape.back() + 5; break;
-      case View::broadcast: base[0] = 1; break;
-      case View::permuted: base.assign(shape.rbegin(), shape.rend()); break;
+      case View::contiguous:
+        break;
+      case View::transposed:
+        std::swap(base[base.size() - 1], base[base.size() - 2]);
+        break;
+      case View::strided:
+        base[0] = 2 * shape[0] + 1;
+        break;
+      case View::offset:
+        base.back() = shape.back() + 5;
+        break;
+      case View::broadcast:
+        base[0] = 1;
+        break;
+      case View::permuted:
+        base.assign(shape.rbegin(), shape.rend());
+        break;
     }
     inputs_.push_back(make(base, dt, values, range));
     views_.push_back(view);
@@ -125,8 +142,8 @@ class Builder {
     c.covers = std::move(covers);
     c.inputs = inputs_;
     c.tol_scale = tol_scale;
-    c.fn = [views = views_, shapes = shapes_, body = std::move(body)](
-               const std::vector<Tensor>& in) {
+    c.fn = [views = views_, shapes = shapes_,
+            body = std::move(body)](const std::vector<Tensor>& in) {
       std::vector<Tensor> v(in.size());
       for (size_t i = 0; i < in.size(); ++i) v[i] = apply_view(in[i], views[i], shapes[i]);
       return body(v);
@@ -149,9 +166,9 @@ class Builder {
       for (auto& v : out) v = std::fabs(v) + 0.1f;
     if (values == Values::edges) {
       const float inf = std::numeric_limits<float>::infinity();
-      static const float kEdges[] = {0.f,    -0.f,   inf,    -inf,  std::nanf(""), 1e-40f,
-                                     -1e-40f, 3e38f, -3e38f, 65504.f, 1e-8f,        88.7f,
-                                     -104.f, 20.f,   -20.f,  0.5f,  -1.f,          1.f};
+      static const float kEdges[] = {0.f,     -0.f,  inf,    -inf,    std::nanf(""), 1e-40f,
+                                     -1e-40f, 3e38f, -3e38f, 65504.f, 1e-8f,         88.7f,
+                                     -104.f,  20.f,  -20.f,  0.5f,    -1.f,          1.f};
       for (auto& v : out)
         if (pick(4) == 0) v = kEdges[pick(int64_t(std::size(kEdges)))];
     }
@@ -171,11 +188,16 @@ class Builder {
 
   static Tensor apply_view(const Tensor& t, View view, const Shape& shape) {
     switch (view) {
-      case View::contiguous: return t;
-      case View::transposed: return t.transpose(-1, -2);
-      case View::strided: return t.slice(0, 1, 2 * shape[0] + 1, 2);
-      case View::offset: return t.slice(-1, 3, 3 + shape.back());
-      case View::broadcast: return t.expand(shape);
+      case View::contiguous:
+        return t;
+      case View::transposed:
+        return t.transpose(-1, -2);
+      case View::strided:
+        return t.slice(0, 1, 2 * shape[0] + 1, 2);
+      case View::offset:
+        return t.slice(-1, 3, 3 + shape.back());
+      case View::broadcast:
+        return t.expand(shape);
       case View::permuted: {
         std::vector<int64_t> dims(shape.size());
         for (size_t i = 0; i < dims.size(); ++i) dims[i] = int64_t(dims.size() - 1 - i);
@@ -210,8 +232,12 @@ inline Shape odd_shape(Builder& b, int ndim, int64_t max_size = 33) {
 // Running and comparing.
 
 // Host tensors onto `d` and back, through the backends' copies (runtime/backend.h).
-inline Tensor to_device(const Tensor& t, const Device& d) { return t.defined() ? t.to(d) : t; }
-inline Tensor to_host(const Tensor& t) { return t.defined() ? t.to(Device::cpu()) : t; }
+inline Tensor to_device(const Tensor& t, const Device& d) {
+  return t.defined() ? t.to(d) : t;
+}
+inline Tensor to_host(const Tensor& t) {
+  return t.defined() ? t.to(Device::cpu()) : t;
+}
 
 // Materialised contiguous host copies (in strict eager, so clone is not recorded).
 inline std::vector<Tensor> settle(const std::vector<Tensor>& outs) {
@@ -226,10 +252,14 @@ struct Tolerance {
 // Non-CPU devices: per output dtype, scaled by the case (0: exact).
 inline Tolerance device_tolerance(DType dt, double scale) {
   switch (dt) {
-    case DType::f32: return {1e-5 * scale, 1e-5 * scale};
-    case DType::bf16: return {1.6e-2 * scale, 1e-2 * scale};
-    case DType::f16: return {2e-3 * scale, 1e-3 * scale};
-    default: return {0, 0};  // integers, bool, f8 (a conversion is exact or a bug)
+    case DType::f32:
+      return {1e-5 * scale, 1e-5 * scale};
+    case DType::bf16:
+      return {1.6e-2 * scale, 1e-2 * scale};
+    case DType::f16:
+      return {2e-3 * scale, 1e-3 * scale};
+    default:
+      return {0, 0};  // integers, bool, f8 (a conversion is exact or a bug)
   }
 }
 
@@ -242,13 +272,12 @@ inline ::testing::AssertionResult close_enough(const Tensor& got, const Tensor& 
   const auto a = got.to_floats(), e = ref.to_floats();
   for (size_t i = 0; i < a.size(); ++i) {
     const bool an = std::isnan(a[i]), en = std::isnan(e[i]);
-    const bool ok = (an && en) ||
-                    (!an && !en && (a[i] == e[i] || std::fabs(double(a[i]) - double(e[i])) <=
+    const bool ok = (an && en) || (!an && !en &&
+                                   (a[i] == e[i] || std::fabs(double(a[i]) - double(e[i])) <=
                                                         tol.atol + tol.rtol * std::fabs(e[i])));
     if (!ok)
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << a[i] << " vs " << e[i] << " (rtol " << tol.rtol
-             << ", atol " << tol.atol << ")";
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << e[i]
+                                           << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -356,13 +385,54 @@ inline void run_case(const Case& c, const std::vector<Device>& devices) {
           EXPECT_FALSE(out[i].defined());
           continue;
         }
-        const Tolerance tol = d == Device::cpu() ? Tolerance{0, 0}
-                                                 : device_tolerance(ref[i].dtype(), c.tol_scale);
+        const Tolerance tol =
+            d == Device::cpu() ? Tolerance{0, 0} : device_tolerance(ref[i].dtype(), c.tol_scale);
         EXPECT_TRUE(close_enough(out[i], ref[i], tol))
             << c.name << " on " << d.str() << " in mode " << mode << ", output " << i;
       }
     }
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the case generators (conformance_elementwise_cases.cpp, conformance_op_cases.cpp).
+
+using Ins = std::vector<Tensor>;
+using Outs = std::vector<Tensor>;
+using Covers = std::set<std::string>;
+
+inline View any_view(Builder& b) {
+  return b.pick({View::contiguous, View::contiguous, View::transposed, View::strided, View::offset,
+                 View::broadcast, View::permuted});
+}
+inline DType float_dtype(Builder& b) {
+  return b.pick({DType::f32, DType::bf16, DType::f16});
+}
+inline DType mm_dtype(Builder& b) {
+  return b.pick({DType::f32, DType::bf16});
+}
+// The coverage name of an op enum value ("enum:UnaryOp::silu").
+inline std::string e(const char* type, const char* value) {
+  return std::string("enum:") + type + "::" + value;
+}
+
+// One generator per op family: seeded cases for every op of the family.
+std::vector<Case> binary_cases(uint64_t seed);
+std::vector<Case> binary_scalar_cases(uint64_t seed);
+std::vector<Case> unary_cases(uint64_t seed);
+std::vector<Case> glu_cases(uint64_t seed);
+std::vector<Case> where_cases(uint64_t seed);
+std::vector<Case> copy_cases(uint64_t seed);
+std::vector<Case> chain_cases(uint64_t seed);
+std::vector<Case> matmul_cases(uint64_t seed);
+std::vector<Case> conv_cases(uint64_t seed);
+std::vector<Case> attention_cases(uint64_t seed);
+std::vector<Case> softmax_cases(uint64_t seed);
+std::vector<Case> norm_cases(uint64_t seed);
+std::vector<Case> rope_cases(uint64_t seed);
+std::vector<Case> reduce_cases(uint64_t seed);
+std::vector<Case> embedding_cases(uint64_t seed);
+std::vector<Case> shape_cases(uint64_t seed);
+std::vector<Case> resample_cases(uint64_t seed);
 
 }  // namespace tessera::conformance

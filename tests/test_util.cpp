@@ -67,10 +67,9 @@ static ::testing::AssertionResult same_shape(const Tensor& a, const Tensor& e) {
     if (!ok && bad++ == 0) first = i;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << a.size()
-                                       << " bf16 elements beyond 1 ulp / rtol " << rtol
-                                       << "; first at flat index " << first << ": " << a[first]
-                                       << " vs expected " << e[first];
+  return ::testing::AssertionFailure()
+         << bad << " of " << a.size() << " bf16 elements beyond 1 ulp / rtol " << rtol
+         << "; first at flat index " << first << ": " << a[first] << " vs expected " << e[first];
 }
 
 ::testing::AssertionResult activations_close(const Tensor& actual, const Tensor& expected,
@@ -139,8 +138,8 @@ std::string diff_summary(const Tensor& a, const Tensor& e) {
   for (int64_t i = 0; i < a.numel(); ++i) {
     if (std::memcmp(pa + i * es, pe + i * es, es) != 0) {
       return ::testing::AssertionFailure()
-             << "first differing element at flat index " << i << ": "
-             << a.to_floats()[size_t(i)] << " vs expected " << e.to_floats()[size_t(i)];
+             << "first differing element at flat index " << i << ": " << a.to_floats()[size_t(i)]
+             << " vs expected " << e.to_floats()[size_t(i)];
     }
   }
   return ::testing::AssertionSuccess();

@@ -48,9 +48,9 @@ void expect_matches(const std::string& column, Fn encode) {
     if (got.ids != want || mask_string(got.attention_mask) != want_mask) {
       if (++failures <= 5)
         ADD_FAILURE() << column << " string #" << i << " " << json(text).dump()
-                      << "\n  expected ids " << test::show_ids(want) << "\n  actual   ids " << test::show_ids(got.ids)
-                      << "\n  expected mask " << want_mask << "\n  actual   mask "
-                      << mask_string(got.attention_mask);
+                      << "\n  expected ids " << test::show_ids(want) << "\n  actual   ids "
+                      << test::show_ids(got.ids) << "\n  expected mask " << want_mask
+                      << "\n  actual   mask " << mask_string(got.attention_mask);
     }
   }
   EXPECT_EQ(failures, 0) << column << ": " << failures << " of " << strings.size()
@@ -142,7 +142,8 @@ void expect_random_matches(const std::string& column, Fn tokenize) {
     std::vector<int64_t> got = tokenize(text);
     if (got != want && ++failures <= 5)
       ADD_FAILURE() << column << " random string #" << i << " " << json(text).dump()
-                    << "\n  expected " << test::show_ids(want) << "\n  actual   " << test::show_ids(got);
+                    << "\n  expected " << test::show_ids(want) << "\n  actual   "
+                    << test::show_ids(got);
   }
   EXPECT_EQ(failures, 0) << column << ": " << failures << " of " << strings.size() << " differ";
 }
@@ -176,8 +177,8 @@ TEST(BpeTokenizer, Llama3PatternAsPublishedMistralCheckpoints) {
     std::vector<int64_t> want = expected[i].get<std::vector<int64_t>>();
     std::vector<int64_t> got = tok.tokenize(strings[i].get<std::string>(), false);
     if (got != want && ++failures <= 5)
-      ADD_FAILURE() << "string #" << i << " " << strings[i].dump() << "\n  expected " << test::show_ids(want)
-                    << "\n  actual   " << test::show_ids(got);
+      ADD_FAILURE() << "string #" << i << " " << strings[i].dump() << "\n  expected "
+                    << test::show_ids(want) << "\n  actual   " << test::show_ids(got);
   }
   EXPECT_EQ(failures, 0);
   expect_random_matches("random_mistral_llama3",

@@ -64,9 +64,12 @@ std::vector<InputSpec> flux_transformer_inputs(const std::string&) {
 
 NamedTensors run_flux_transformer(const std::string& folder, DType dtype, const NamedTensors& in,
                                   const ComponentRunOptions& o) {
-  const FluxTransformerInputs fi{get(in, "hidden_states"),      get(in, "encoder_hidden_states"),
-                                 get(in, "pooled_projections"), get(in, "timestep"),
-                                 get(in, "img_ids"),            get(in, "txt_ids"),
+  const FluxTransformerInputs fi{get(in, "hidden_states"),
+                                 get(in, "encoder_hidden_states"),
+                                 get(in, "pooled_projections"),
+                                 get(in, "timestep"),
+                                 get(in, "img_ids"),
+                                 get(in, "txt_ids"),
                                  get(in, "guidance")};
   NamedTensors out;
   out["sample"] = FluxTransformer2DModel::from_pretrained(folder, dtype)->forward(fi, o.capture);
@@ -120,7 +123,10 @@ const Class* find_class(const std::vector<Class>& classes, const std::string& cl
 const std::vector<ComponentClass>& component_classes() {
   static const std::vector<ComponentClass> classes = {
       {"CLIPTextModel", "text encoder", {}, text_encoder_inputs, run_clip<CLIPTextModel>},
-      {"CLIPTextModelWithProjection", "text encoder", {}, text_encoder_inputs,
+      {"CLIPTextModelWithProjection",
+       "text encoder",
+       {},
+       text_encoder_inputs,
        run_clip<CLIPTextModelWithProjection>},
       {"T5EncoderModel", "text encoder", {}, text_encoder_inputs, run_t5},
       {"FluxTransformer2DModel", "denoiser", {}, flux_transformer_inputs, run_flux_transformer},

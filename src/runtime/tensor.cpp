@@ -4,9 +4,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
-#include "runtime/backend.h"
 
 namespace tessera {
 
@@ -87,7 +87,9 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype,
   return Tensor(std::move(impl));
 }
 
-int64_t Tensor::dim(int64_t i) const { return shape()[normalize_dim(i, ndim(), "dim")]; }
+int64_t Tensor::dim(int64_t i) const {
+  return shape()[normalize_dim(i, ndim(), "dim")];
+}
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -183,8 +185,7 @@ Tensor Tensor::view(const Shape& new_shape_in) const {
   int64_t chunk_base_stride = strides().back(), tensor_numel = 1, view_numel = 1;
   for (int64_t d = ndim() - 1; d >= 0; --d) {
     tensor_numel *= shape()[d];
-    if (d == 0 ||
-        (shape()[d - 1] != 1 && strides()[d - 1] != tensor_numel * chunk_base_stride)) {
+    if (d == 0 || (shape()[d - 1] != 1 && strides()[d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || ns[view_d] == 1)) {
         nst[view_d] = view_numel * chunk_base_stride;
         view_numel *= ns[view_d];

@@ -23,9 +23,9 @@ struct PendingOutput;  // runtime/graph.h: the recorded op output a pending tens
 
 // with_view (tensor.cpp) copies these fields one by one: a new field must be added there too.
 struct TensorImpl {
-  std::shared_ptr<Storage> storage;  // null while pending (deferred/compiled modes)
+  std::shared_ptr<Storage> storage;        // null while pending (deferred/compiled modes)
   std::shared_ptr<PendingOutput> pending;  // set while storage is null in deferred mode
-  int64_t offset = 0;                // in elements
+  int64_t offset = 0;                      // in elements
   Shape shape;
   Strides strides;
   DType dtype = DType::f32;

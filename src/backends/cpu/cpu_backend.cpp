@@ -37,11 +37,11 @@ class CpuBackend final : public Backend {
     Stream& s = cpu_stream();
     if (s.async()) {
       Primitive* raw = p.get();
-      const uint64_t seq = s.submit(raw->name(), [p = std::move(p), ins, outs]() mutable {
-        p->eval_cpu(ins, outs);
-      });
+      const uint64_t seq = s.submit(
+          raw->name(), [p = std::move(p), ins, outs]() mutable { p->eval_cpu(ins, outs); });
       for (const auto& t : ins) t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
-      for (const auto& t : outs) t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
+      for (const auto& t : outs)
+        t.impl()->storage->stream_seq.store(seq, std::memory_order_release);
       return;
     }
     p->eval_cpu(ins, outs);
@@ -64,6 +64,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace tessera
