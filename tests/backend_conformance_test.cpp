@@ -30,33 +30,8 @@
 namespace tessera::conformance {
 namespace {
 
-uint64_t base_seed() {
-  const char* s = std::getenv("TESSERA_CONFORMANCE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20261218ull;
-}
-
 // ---------------------------------------------------------------------------------------------
-// The families and the tests.
-
-struct Family {
-  const char* name;
-  std::vector<Case> (*gen)(uint64_t);
-};
-const Family kFamilies[] = {
-    {"Binary", binary_cases},       {"BinaryScalar", binary_scalar_cases},
-    {"Unary", unary_cases},         {"Glu", glu_cases},
-    {"Where", where_cases},         {"CopyAstype", copy_cases},
-    {"Matmul", matmul_cases},       {"Conv2d", conv_cases},
-    {"Attention", attention_cases}, {"Softmax", softmax_cases},
-    {"Norm", norm_cases},           {"Rope", rope_cases},
-    {"Reduce", reduce_cases},       {"Embedding", embedding_cases},
-    {"ShapeOps", shape_cases},      {"Resample", resample_cases},
-    {"FusedChains", chain_cases},
-};
-
-uint64_t family_seed(size_t i) {
-  return base_seed() + 100000 * (i + 1);
-}
+// The families (kFamilies, conformance_cases.h) and the tests.
 
 class BackendConformance : public ::testing::TestWithParam<size_t> {
  protected:

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ops/copy.h"
+#include "runtime/backend.h"
 #include "runtime/compile.h"
 #include "runtime/error.h"
 #include "runtime/modes.h"
@@ -333,7 +334,7 @@ inline std::vector<std::pair<std::string, std::vector<Tensor>>> run_modes(const 
       out = settle(out);
     } else if (m == "compile") {
       CompileOptions o;
-      o.backend = d.type == DeviceType::cpu ? "cpu" : d.str();
+      o.backend = backend_for(d).name();
       CompiledFunction f("conformance", o);
       set_eager_mode(EagerMode::DeferNever);
       out = settle(f(in, c.fn));
@@ -356,8 +357,8 @@ inline std::vector<std::pair<std::string, std::vector<Tensor>>> run_modes(const 
 
 // Every available device, every mode, against the CPU's strict eager: bitwise on the CPU
 // (decisions 0009/0010: deferred and compiled modes keep every rounding point), the dtype
-// tolerance elsewhere.
-inline void run_case(const Case& c, const std::vector<Device>& devices) {
+// tolerance elsewhere, or bitwise there too when `bitwise` (a backend running the CPU kernels).
+inline void run_case(const Case& c, const std::vector<Device>& devices, bool bitwise = false) {
   SCOPED_TRACE(c.name);
   std::vector<Tensor> ref;
   {
@@ -385,8 +386,9 @@ inline void run_case(const Case& c, const std::vector<Device>& devices) {
           EXPECT_FALSE(out[i].defined());
           continue;
         }
-        const Tolerance tol =
-            d == Device::cpu() ? Tolerance{0, 0} : device_tolerance(ref[i].dtype(), c.tol_scale);
+        const Tolerance tol = d == Device::cpu() || bitwise
+                                  ? Tolerance{0, 0}
+                                  : device_tolerance(ref[i].dtype(), c.tol_scale);
         EXPECT_TRUE(close_enough(out[i], ref[i], tol))
             << c.name << " on " << d.str() << " in mode " << mode << ", output " << i;
       }
@@ -434,5 +436,30 @@ std::vector<Case> reduce_cases(uint64_t seed);
 std::vector<Case> embedding_cases(uint64_t seed);
 std::vector<Case> shape_cases(uint64_t seed);
 std::vector<Case> resample_cases(uint64_t seed);
+
+// The families, each with its seed (backend_conformance_test.cpp, backend_standin_test.cpp).
+struct Family {
+  const char* name;
+  std::vector<Case> (*gen)(uint64_t);
+};
+inline constexpr Family kFamilies[] = {
+    {"Binary", binary_cases},       {"BinaryScalar", binary_scalar_cases},
+    {"Unary", unary_cases},         {"Glu", glu_cases},
+    {"Where", where_cases},         {"CopyAstype", copy_cases},
+    {"Matmul", matmul_cases},       {"Conv2d", conv_cases},
+    {"Attention", attention_cases}, {"Softmax", softmax_cases},
+    {"Norm", norm_cases},           {"Rope", rope_cases},
+    {"Reduce", reduce_cases},       {"Embedding", embedding_cases},
+    {"ShapeOps", shape_cases},      {"Resample", resample_cases},
+    {"FusedChains", chain_cases},
+};
+
+inline uint64_t base_seed() {
+  const char* s = std::getenv("TESSERA_CONFORMANCE_SEED");
+  return s ? std::strtoull(s, nullptr, 10) : 20261218ull;
+}
+inline uint64_t family_seed(size_t i) {
+  return base_seed() + 100000 * (i + 1);
+}
 
 }  // namespace tessera::conformance

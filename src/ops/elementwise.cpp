@@ -198,7 +198,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  const Tensor v = Tensor::from_floats({float(value)}, {}, x.dtype());
+  // The scalar is made on the host: move it to x's device (where() needs one device).
+  const Tensor v = Tensor::from_floats({float(value)}, {}, x.dtype()).to(x.device());
   const Tensor out = where(mask, v, x);
   TESSERA_CHECK(out.shape() == x.shape(), "[masked_fill] mask ", shape_str(mask.shape()),
                 " does not broadcast to ", shape_str(x.shape()));

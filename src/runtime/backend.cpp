@@ -35,6 +35,14 @@ void register_backend(std::unique_ptr<Backend> backend) {
   r.list.push_back(r.by_type[t]);
 }
 
+void unregister_backend(DeviceType t) {
+  Registry& r = registry();
+  const size_t i = size_t(t);
+  TESSERA_CHECK(i < r.by_type.size() && r.by_type[i], "[device] no backend to unregister");
+  std::erase(r.list, r.by_type[i]);
+  r.by_type[i] = nullptr;  // leaked on purpose, like every registered backend
+}
+
 const std::vector<Backend*>& backends() { return registry().list; }
 
 Backend& backend_for(const Device& d) {
