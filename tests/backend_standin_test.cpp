@@ -137,7 +137,7 @@ class Standin : public ::testing::Test {
     clear_segment_cache();
     const int64_t held = be->heap.stats().current_bytes;
     EXPECT_EQ(held, 0) << "stand-in blocks still held: the stand-in stays registered";
-    if (held == 0) unregister_backend(DeviceType::cuda);
+    if (held == 0) unregister_backend(DeviceType::cuda);  // and destroyed
   }
   StandInBackend* be = nullptr;
 };

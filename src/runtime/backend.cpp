@@ -1,6 +1,7 @@
 #include "runtime/backend.h"
 
 #include <array>
+#include <utility>
 
 #include "runtime/error.h"
 #include "runtime/fusion.h"
@@ -35,12 +36,14 @@ void register_backend(std::unique_ptr<Backend> backend) {
   r.list.push_back(r.by_type[t]);
 }
 
-void unregister_backend(DeviceType t) {
+std::unique_ptr<Backend> unregister_backend(DeviceType t) {
   Registry& r = registry();
   const size_t i = size_t(t);
   TESSERA_CHECK(i < r.by_type.size() && r.by_type[i], "[device] no backend to unregister");
   std::erase(r.list, r.by_type[i]);
-  r.by_type[i] = nullptr;  // leaked on purpose, like every registered backend
+  // Registered backends are never freed (storages may outlive main); this one goes back to the
+  // caller, who registered it and now owns it again.
+  return std::unique_ptr<Backend>(std::exchange(r.by_type[i], nullptr));
 }
 
 const std::vector<Backend*>& backends() { return registry().list; }

@@ -48,9 +48,9 @@ class Backend {
 
 // Called once per backend by register_builtin_backends(); the registry owns it.
 void register_backend(std::unique_ptr<Backend> backend);
-// Takes the backend of device type t out of the registry (tests: a stand-in registered for one
-// test). Free its storages first: a storage frees through backend_for(its device).
-void unregister_backend(DeviceType t);
+// Takes the backend of device type t out of the registry and hands it back (tests: a stand-in
+// registered for one test). Free its storages first: a storage frees through backend_for.
+std::unique_ptr<Backend> unregister_backend(DeviceType t);
 // The backend of d's device type; throws "[device] cuda:0 is not available in this
 // build/machine; available: cpu" when none is built (or it has no such device).
 Backend& backend_for(const Device& d);

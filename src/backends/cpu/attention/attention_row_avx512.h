@@ -95,8 +95,10 @@ float softmax_row(float* s, int64_t n, int64_t nvalid, float scale, const float*
       m2 = _mm512_max_ps(m2, _mm512_loadu_ps(s + j + 32));
       m3 = _mm512_max_ps(m3, _mm512_loadu_ps(s + j + 48));
     }
-    for (; j < nvalid; j += 16)
-      vmax = _mm512_mask_max_ps(vmax, tail_mask(nvalid - j), vmax, _mm512_loadu_ps(s + j));
+    for (; j < nvalid; j += 16) {  // masked load: the row may end mid-vector (s has n floats)
+      const __mmask16 k = tail_mask(nvalid - j);
+      vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + j));
+    }
     vmax = _mm512_max_ps(_mm512_max_ps(vmax, m1), _mm512_max_ps(m2, m3));
     vmax = _mm512_mul_ps(vmax, vscale);
   }
