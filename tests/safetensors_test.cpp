@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <random>
 
-#include "io/atomic_file.h"
 #include "io_test_folder.h"
 #include "ops/copy.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 #include "test_util.h"
 

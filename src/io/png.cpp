@@ -4,13 +4,13 @@
 
 #include <array>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
-#include "io/atomic_file.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 
 namespace tessera {
@@ -31,9 +31,11 @@ bool is_plain_ascii(const std::string& s) {
 bool is_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2
-                   : c >= 0xf0 && c <= 0xf4                 ? 3
-                                                            : 4;
+    const size_t n = c < 0x80                 ? 0
+                     : c >= 0xc2 && c <= 0xdf ? 1
+                     : c >= 0xe0 && c <= 0xef ? 2
+                     : c >= 0xf0 && c <= 0xf4 ? 3
+                                              : 4;
     if (n == 4 || i + n >= s.size()) return false;
     uint32_t cp = n == 0 ? c : c & (0x3f >> n);
     for (size_t k = 1; k <= n; ++k) {
@@ -75,8 +77,8 @@ std::string text_problem(const PngText& text) {
     if (!is_plain_ascii(value) && !is_utf8(value))
       return detail::concat("[png] text '", key, "' is not valid UTF-8");
     if (value.size() > kMaxChunkLength - key.size() - kItxtOverhead)
-      return detail::concat("[png] text '", key, "' is too long for a PNG chunk (",
-                            value.size(), " bytes)");
+      return detail::concat("[png] text '", key, "' is too long for a PNG chunk (", value.size(),
+                            " bytes)");
   }
   return "";
 }
@@ -130,13 +132,12 @@ PngText generation_text(const GenerationInfo& info) {
   g << info.guidance;
   PngText text = {{"prompt", info.prompt}};
   if (!info.prompt_2.empty()) text.emplace_back("prompt_2", info.prompt_2);
-  text.insert(text.end(),
-              {{"seed", info.seed},
-               {"steps", std::to_string(info.steps)},
-               {"guidance", g.str()},
-               {"size", std::to_string(info.width) + "x" + std::to_string(info.height)},
-               {"model", info.model},
-               {"Software", std::string("tessera ") + TESSERA_VERSION}});
+  text.insert(text.end(), {{"seed", info.seed},
+                           {"steps", std::to_string(info.steps)},
+                           {"guidance", g.str()},
+                           {"size", std::to_string(info.width) + "x" + std::to_string(info.height)},
+                           {"model", info.model},
+                           {"Software", std::string("tessera ") + TESSERA_VERSION}});
   return text;
 }
 

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "io/atomic_file.h"
 #include "ops/copy.h"
+#include "runtime/atomic_file.h"
 #include "runtime/error.h"
 
 namespace tessera {
