@@ -124,10 +124,10 @@ std::vector<GoldenCase> golden_cases() {
        {"text_encoder", "text_encoder_2", "transformer", "vae.decode", "vae.encode"}},
       {"flux1-dev-tiny",
        {"text_encoder", "text_encoder_2", "transformer", "vae.decode", "vae.encode"}},
-      // CLIPTextModelWithProjection (text_embeds), a third encoder; SD3's transformer is not
-      // supported yet (see UnsupportedClassIsNamed).
+      // CLIPTextModelWithProjection (text_embeds), a third encoder, SD3Transformer2DModel.
       {"sd35-medium-tiny",
-       {"text_encoder", "text_encoder_2", "text_encoder_3", "vae.decode", "vae.encode"}},
+       {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae.decode",
+        "vae.encode"}},
       {"flux2-dev-tiny", {"vae.decode", "vae.encode"}},  // AutoencoderKLFlux2
   };
   std::vector<GoldenCase> cases;
@@ -211,9 +211,9 @@ TEST(CliRun, UnsupportedClassIsNamed) {
                 "FluxTransformer2DModel", "AutoencoderKL"});
   expect_error(run_component(schnell(), "tokenizer", golden_inputs("transformer"), out), out,
                {"CLIPTokenizer"});
-  expect_error(run_component(test::fixture_path("sd35-medium-tiny"), "transformer",
+  expect_error(run_component(test::fixture_path("flux2-dev-tiny"), "transformer",
                              golden_inputs("transformer"), out),
-               out, {"SD3Transformer2DModel", "not support"});
+               out, {"Flux2Transformer2DModel", "not support", "SD3Transformer2DModel"});
 }
 
 TEST(CliRun, MissingComponentFolder) {

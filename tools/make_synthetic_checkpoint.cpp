@@ -15,6 +15,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/flux_transformer.h"
+#include "models/sd3_transformer.h"
 #include "models/t5_encoder.h"
 #include "runtime/error.h"
 
@@ -70,6 +71,62 @@ const char* kSchnellIndex = R"({
   "tokenizer": ["transformers", "CLIPTokenizer"],
   "tokenizer_2": ["transformers", "T5TokenizerFast"],
   "transformer": ["diffusers", "FluxTransformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]})";
+
+// stabilityai/stable-diffusion-3.5-medium and -large as published (diffusers folders): the
+// transformers differ; the CLIP-L / CLIP-G (with projection), T5-XXL, VAE and scheduler configs
+// are shared.
+const char* kSd35MediumTransformer = R"({
+  "_class_name": "SD3Transformer2DModel", "_diffusers_version": "0.31.0.dev0",
+  "attention_head_dim": 64, "caption_projection_dim": 1536,
+  "dual_attention_layers": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], "in_channels": 16,
+  "joint_attention_dim": 4096, "num_attention_heads": 24, "num_layers": 24, "out_channels": 16,
+  "patch_size": 2, "pooled_projection_dim": 2048, "pos_embed_max_size": 384,
+  "qk_norm": "rms_norm", "sample_size": 128})";
+const char* kSd35LargeTransformer = R"({
+  "_class_name": "SD3Transformer2DModel", "_diffusers_version": "0.31.0.dev0",
+  "attention_head_dim": 64, "caption_projection_dim": 2432, "dual_attention_layers": [],
+  "in_channels": 16, "joint_attention_dim": 4096, "num_attention_heads": 38, "num_layers": 38,
+  "out_channels": 16, "patch_size": 2, "pooled_projection_dim": 2048, "pos_embed_max_size": 192,
+  "qk_norm": "rms_norm", "sample_size": 128})";
+const char* kSd3ClipL = R"({
+  "architectures": ["CLIPTextModelWithProjection"], "attention_dropout": 0.0, "bos_token_id": 0,
+  "dropout": 0.0, "eos_token_id": 2, "hidden_act": "quick_gelu", "hidden_size": 768,
+  "initializer_factor": 1.0, "initializer_range": 0.02, "intermediate_size": 3072,
+  "layer_norm_eps": 1e-05, "max_position_embeddings": 77, "model_type": "clip_text_model",
+  "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 1, "projection_dim": 768,
+  "torch_dtype": "float16", "transformers_version": "4.45.2", "vocab_size": 49408})";
+const char* kSd3ClipG = R"({
+  "architectures": ["CLIPTextModelWithProjection"], "attention_dropout": 0.0, "bos_token_id": 0,
+  "dropout": 0.0, "eos_token_id": 2, "hidden_act": "gelu", "hidden_size": 1280,
+  "initializer_factor": 1.0, "initializer_range": 0.02, "intermediate_size": 5120,
+  "layer_norm_eps": 1e-05, "max_position_embeddings": 77, "model_type": "clip_text_model",
+  "num_attention_heads": 20, "num_hidden_layers": 32, "pad_token_id": 1, "projection_dim": 1280,
+  "torch_dtype": "float16", "transformers_version": "4.45.2", "vocab_size": 49408})";
+const char* kSd3Vae = R"({
+  "_class_name": "AutoencoderKL", "_diffusers_version": "0.31.0.dev0", "act_fn": "silu",
+  "block_out_channels": [128, 256, 512, 512],
+  "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D",
+                       "DownEncoderBlock2D"],
+  "force_upcast": true, "in_channels": 3, "latent_channels": 16, "latents_mean": null,
+  "latents_std": null, "layers_per_block": 2, "mid_block_add_attention": true,
+  "norm_num_groups": 32, "out_channels": 3, "sample_size": 1024, "scaling_factor": 1.5305,
+  "shift_factor": 0.0609,
+  "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D",
+                     "UpDecoderBlock2D"],
+  "use_post_quant_conv": false, "use_quant_conv": false})";
+const char* kSd3Scheduler = R"({
+  "_class_name": "FlowMatchEulerDiscreteScheduler", "_diffusers_version": "0.31.0.dev0",
+  "num_train_timesteps": 1000, "shift": 3.0})";
+const char* kSd3Index = R"({
+  "_class_name": "StableDiffusion3Pipeline", "_diffusers_version": "0.31.0.dev0",
+  "feature_extractor": [null, null], "image_encoder": [null, null],
+  "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+  "text_encoder": ["transformers", "CLIPTextModelWithProjection"],
+  "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"],
+  "text_encoder_3": ["transformers", "T5EncoderModel"],
+  "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "CLIPTokenizer"],
+  "tokenizer_3": ["transformers", "T5TokenizerFast"],
+  "transformer": ["diffusers", "SD3Transformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]})";
 
 struct TensorSpec {
   std::string name;
@@ -242,6 +299,48 @@ int make_flux1_schnell(const fs::path& out, uint64_t seed, const std::vector<std
   return 0;
 }
 
+// SD3.5-medium or -large: the published configs, the tiny fixture's tokenizers (real CLIP
+// vocabulary; T5's ids stay below T5-XXL's), seeded weights. The transformer's position table
+// (an optional buffer) is left out: tessera computes it, as diffusers does at construction.
+int make_sd35(const fs::path& out, bool large, uint64_t seed,
+              const std::vector<std::string>& only) {
+  auto want = [&](const std::string& c) {
+    return only.empty() || std::find(only.begin(), only.end(), c) != only.end();
+  };
+  fs::create_directories(out);
+  std::ofstream(out / "model_index.json") << json::parse(kSd3Index).dump(2) << "\n";
+  write_config(out / "scheduler", "scheduler_config.json", kSd3Scheduler);
+  const fs::path tiny = fs::path(TESSERA_SOURCE_DIR) / "tests/fixtures/sd35-medium-tiny";
+  for (const char* t : {"tokenizer", "tokenizer_2", "tokenizer_3"}) copy_folder(tiny / t, out / t);
+  constexpr size_t kGB = size_t(1000) * 1000 * 1000;
+  const char* clip[] = {kSd3ClipL, kSd3ClipG};
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = i == 0 ? "text_encoder" : "text_encoder_2";
+    if (!want(name)) continue;
+    const auto cfg = write_config(out / name, "config.json", clip[i]);
+    const CLIPTextModelWithProjection m(
+        CLIPTextConfig::from_json(JsonConfig::load(cfg.string()), true));
+    write_checkpoint(out / name, "model", m, 5 * kGB, seed + uint64_t(i));
+  }
+  if (want("text_encoder_3")) {
+    const auto cfg = write_config(out / "text_encoder_3", "config.json", kT5Xxl);
+    const T5EncoderModel m(T5Config::from_json(JsonConfig::load(cfg.string())));
+    write_checkpoint(out / "text_encoder_3", "model", m, 5 * kGB, seed + 2);
+  }
+  if (want("transformer")) {
+    const auto cfg = write_config(out / "transformer", "config.json",
+                                  large ? kSd35LargeTransformer : kSd35MediumTransformer);
+    const SD3Transformer2DModel m(SD3TransformerConfig::from_json(JsonConfig::load(cfg.string())));
+    write_checkpoint(out / "transformer", "diffusion_pytorch_model", m, 10 * kGB, seed + 3);
+  }
+  if (want("vae")) {
+    const auto cfg = write_config(out / "vae", "config.json", kSd3Vae);
+    const AutoencoderKL m(AutoencoderKLConfig::from_json(JsonConfig::load(cfg.string())));
+    write_checkpoint(out / "vae", "diffusion_pytorch_model", m, 10 * kGB, seed + 4);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -252,17 +351,20 @@ int main(int argc, char** argv) {
   std::string model = "flux1-schnell", output;
   uint64_t seed = 0;
   std::vector<std::string> only;
-  app.add_option("--model", model, "which pipeline (flux1-schnell)")
-      ->check(CLI::IsMember({"flux1-schnell"}));
+  app.add_option("--model", model, "which pipeline (flux1-schnell, sd35-medium, sd35-large)")
+      ->check(CLI::IsMember({"flux1-schnell", "sd35-medium", "sd35-large"}));
   app.add_option("--output,-o", output, "folder to write (created)")->required();
   app.add_option("--seed", seed, "seed of the random weights");
   app.add_option("--components", only,
-                 "only these (text_encoder text_encoder_2 transformer vae); configs always")
-      ->check(CLI::IsMember({"text_encoder", "text_encoder_2", "transformer", "vae"}));
+                 "only these (text_encoder text_encoder_2 [text_encoder_3] transformer vae); "
+                 "configs always")
+      ->check(CLI::IsMember(
+          {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae"}));
   CLI11_PARSE(app, argc, argv);
   try {
     std::fprintf(stderr, "make_synthetic_checkpoint: %s -> %s\n", model.c_str(), output.c_str());
-    return tessera::make_flux1_schnell(output, seed, only);
+    if (model == "flux1-schnell") return tessera::make_flux1_schnell(output, seed, only);
+    return tessera::make_sd35(output, model == "sd35-large", seed, only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_synthetic_checkpoint: error: %s\n", e.what());
     return 1;

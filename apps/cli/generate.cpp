@@ -22,7 +22,7 @@ namespace tessera::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, prompt, prompt_2, output = "tessera.png", report, dtype = "f32",
+  std::string model, prompt, prompt_2, prompt_3, negative_prompt, output = "tessera.png", report, dtype = "f32",
                                        device = "cpu", mode, offload = "none";
   bool compile = false, compile_regional = false;
   std::optional<int64_t> height, width;
@@ -151,6 +151,9 @@ int run_generate(const GenerateOptions& o) {
   TextToImageOptions call;
   call.prompt = {o.prompt};
   if (!o.prompt_2.empty()) call.prompt_2 = std::vector<std::string>{o.prompt_2};
+  if (!o.prompt_3.empty()) call.prompt_3 = std::vector<std::string>{o.prompt_3};
+  if (!o.negative_prompt.empty())
+    call.negative_prompt = std::vector<std::string>{o.negative_prompt};
   call.height = o.height;
   call.width = o.width;
   const BundledDefaults bundled =
@@ -195,6 +198,9 @@ int run_generate(const GenerateOptions& o) {
         {"pipeline", pipe->class_name()},
         {"prompt", o.prompt},
         {"prompt_2", o.prompt_2.empty() ? nlohmann::json() : nlohmann::json(o.prompt_2)},
+        {"prompt_3", o.prompt_3.empty() ? nlohmann::json() : nlohmann::json(o.prompt_3)},
+        {"negative_prompt",
+         o.negative_prompt.empty() ? nlohmann::json() : nlohmann::json(o.negative_prompt)},
         {"seed", seed && seed->negative ? nlohmann::json(int64_t(seed->bits))
                                         : nlohmann::json(out.seed)},
         {"height", info.height},
@@ -232,19 +238,30 @@ void register_generate(CLI::App& app, Runner& run) {
                   "diffusers pipeline folder (default: the bundled default model)");
   sub->add_option("--prompt", o->prompt, "the prompt (may be empty)")->required();
   sub->add_option("--prompt-2", o->prompt_2,
-                  "prompt for the T5 encoder (default, or when empty: --prompt)");
+                  "prompt for the second text encoder: T5 for FLUX.1, CLIP-G for SD3 (default, "
+                  "or when empty: --prompt)");
+  sub->add_option("--prompt-3", o->prompt_3,
+                  "prompt for the third text encoder, T5 of SD3 (default, or when empty: "
+                  "--prompt); FLUX.1 refuses it");
+  sub->add_option("--negative-prompt", o->negative_prompt,
+                  "negative prompt of classifier-free guidance (SD3; default empty); FLUX.1 "
+                  "refuses it");
   sub->add_option("--height", o->height,
                   "image height, a multiple of 16 (default: 128 x the VAE's scale factor, 1024 "
-                  "for FLUX.1; the bundled model: 64)")
+                  "for FLUX.1; SD3: the transformer's sample_size x 8, 1024 for SD3.5; the "
+                  "bundled model: 64)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--width", o->width,
                   "image width, a multiple of 16 (default: as --height)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--steps", o->steps, "inference steps (default 28, as diffusers' FluxPipeline)")
+  sub->add_option("--steps", o->steps,
+                  "inference steps (default 28, as diffusers' FluxPipeline and "
+                  "StableDiffusion3Pipeline)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--guidance", o->guidance,
-                  "guidance scale (default 3.5, as diffusers' FluxPipeline; only models with a "
-                  "guidance embedding, FLUX.1-dev-style, use it)");
+                  "guidance scale (FLUX.1: default 3.5, used only by models with a guidance "
+                  "embedding, FLUX.1-dev-style; SD3: default 7.0, classifier-free guidance "
+                  "above 1)");
   sub->add_option("--seed", o->seed,
                   std::string("seed of torch.Generator(\"cpu\").manual_seed: an integer in ") +
                       ManualSeed::kRange + ", negative ones mapped as torch maps them, to seed + "
@@ -252,8 +269,8 @@ void register_generate(CLI::App& app, Runner& run) {
       ->type_name("INT");
   sub->add_option("--num-images", o->num_images, "images per prompt")->check(CLI::PositiveNumber);
   sub->add_option("--max-sequence-length", o->max_sequence_length,
-                  "T5 tokens, 1 to 512 (default 512, as diffusers' FluxPipeline; the bundled "
-                  "model: 48)")
+                  "T5 tokens, 1 to 512 (default 512 for FLUX.1, 256 for SD3, as diffusers; the "
+                  "bundled model: 48)")
       ->check(CLI::Validator(
           [](const std::string& v) -> std::string {
             long long n = 0;

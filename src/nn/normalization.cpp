@@ -54,4 +54,18 @@ Tensor AdaLayerNormContinuous::operator()(const Tensor& x, const Tensor& cond) c
   return modulate(norm(x), c[1], c[0]);
 }
 
+SD35AdaLayerNormZeroX::SD35AdaLayerNormZeroX(int64_t dim)
+    : linear(dim, 9 * dim), norm(dim, 1e-6, /*elementwise_affine=*/false) {
+  register_module("linear", &linear);
+  register_module("norm", &norm);
+}
+
+SD35AdaLayerNormZeroX::Output SD35AdaLayerNormZeroX::operator()(const Tensor& x,
+                                                                const Tensor& emb) const {
+  // shift, scale, gate (msa); shift, scale, gate (mlp); shift, scale, gate (msa2)
+  auto c = chunk(linear(silu(emb)), 9, 1);
+  const Tensor n = norm(x);
+  return {modulate(n, c[0], c[1]), c[2], c[3], c[4], c[5], modulate(n, c[6], c[7]), c[8]};
+}
+
 }  // namespace tessera::nn

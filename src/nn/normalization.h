@@ -56,4 +56,17 @@ class AdaLayerNormContinuous : public Module {
   LayerNorm norm;
 };
 
+// SD35AdaLayerNormZeroX(dim): AdaLayerNormZero's six chunks plus (shift, scale, gate) of the
+// dual-attention blocks' image-only attention, both modulating the same LayerNorm.
+class SD35AdaLayerNormZeroX : public Module {
+ public:
+  explicit SD35AdaLayerNormZeroX(int64_t embedding_dim);
+  struct Output {
+    Tensor x, gate_msa, shift_mlp, scale_mlp, gate_mlp, norm_hidden_states2, gate_msa2;
+  };
+  Output operator()(const Tensor& x, const Tensor& emb) const;
+  Linear linear;
+  LayerNorm norm;
+};
+
 }  // namespace tessera::nn

@@ -27,6 +27,9 @@ namespace tessera {
 struct TextToImageOptions {
   std::vector<std::string> prompt;
   std::optional<std::vector<std::string>> prompt_2;
+  // Pipelines with a third text encoder (SD3: T5) and with classifier-free guidance; the others
+  // refuse them.
+  std::optional<std::vector<std::string>> prompt_3, negative_prompt;
   std::optional<int64_t> height, width;
   std::optional<int> num_inference_steps;
   std::optional<double> guidance_scale;
@@ -81,6 +84,11 @@ class DiffusionPipeline {
                      const PipelineLoadOptions& options);
   // A component listed in model_index.json with its folder present (resolved by begin_loading).
   const ComponentInfo& component(const std::string& name) const;
+  // model_index.json lists `name` with a class (not [null, null]); optional components
+  // (SD3's text_encoder_3) are skipped when it does not.
+  bool has_component(const std::string& name) const {
+    return folder_ && folder_->has_component(name);
+  }
   // Loads a model component and records its weights for offload (released at once under
   // offload, so loading holds one model at a time). Call in execution order.
   template <PretrainedModel M>

@@ -64,6 +64,10 @@ std::unique_ptr<FluxPipeline> FluxPipeline::from_folder(PipelineFolder folder,
 }
 
 PipelineOutput FluxPipeline::generate(const TextToImageOptions& o) {
+  TESSERA_CHECK(!o.prompt_3, "[FluxPipeline] has two text encoders: prompt_3 (--prompt-3) is for "
+                "pipelines with a third one (StableDiffusion3Pipeline)");
+  TESSERA_CHECK(!o.negative_prompt, "[FluxPipeline] runs without classifier-free guidance: "
+                "negative_prompt (--negative-prompt) is not supported");
   FluxCallOptions call;
   call.prompt = o.prompt;
   call.prompt_2 = o.prompt_2;

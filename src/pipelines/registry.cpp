@@ -4,8 +4,10 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/flux_transformer.h"
+#include "models/sd3_transformer.h"
 #include "models/t5_encoder.h"
 #include "pipelines/flux_pipeline.h"
+#include "pipelines/sd3_pipeline.h"
 #include "runtime/error.h"
 
 namespace tessera {
@@ -76,6 +78,22 @@ NamedTensors run_flux_transformer(const std::string& folder, DType dtype, const 
   return out;
 }
 
+std::vector<InputSpec> sd3_transformer_inputs(const std::string&) {
+  return {{"hidden_states", {4}, "(B, in_channels, H, W)", true},
+          {"encoder_hidden_states", {3}, "(B, L_txt, joint_attention_dim)", true},
+          {"pooled_projections", {2}, "(B, pooled_projection_dim)", true},
+          {"timestep", {1}, "(B,), 0..1000", true}};
+}
+
+NamedTensors run_sd3_transformer(const std::string& folder, DType dtype, const NamedTensors& in,
+                                 const ComponentRunOptions& o) {
+  const SD3TransformerInputs si{get(in, "hidden_states"), get(in, "encoder_hidden_states"),
+                                get(in, "pooled_projections"), get(in, "timestep"), {}};
+  NamedTensors out;
+  out["sample"] = SD3Transformer2DModel::from_pretrained(folder, dtype)->forward(si, o.capture);
+  return out;
+}
+
 std::vector<InputSpec> vae_inputs(const std::string& method) {
   if (method == "decode") return {{"z", {4}, "(B, latent_channels, h, w)", true}};
   return {{"sample", {4}, "(B, in_channels, H, W)", true}};
@@ -110,6 +128,11 @@ std::unique_ptr<DiffusionPipeline> load_flux(PipelineFolder folder,
   return FluxPipeline::from_folder(std::move(folder), options);
 }
 
+std::unique_ptr<DiffusionPipeline> load_sd3(PipelineFolder folder,
+                                            const PipelineLoadOptions& options) {
+  return StableDiffusion3Pipeline::from_folder(std::move(folder), options);
+}
+
 // The entry of `classes` named `class_name`, or null.
 template <typename Class>
 const Class* find_class(const std::vector<Class>& classes, const std::string& class_name) {
@@ -130,6 +153,7 @@ const std::vector<ComponentClass>& component_classes() {
        run_clip<CLIPTextModelWithProjection>},
       {"T5EncoderModel", "text encoder", {}, text_encoder_inputs, run_t5},
       {"FluxTransformer2DModel", "denoiser", {}, flux_transformer_inputs, run_flux_transformer},
+      {"SD3Transformer2DModel", "denoiser", {}, sd3_transformer_inputs, run_sd3_transformer},
       {"AutoencoderKL", "VAE", {"decode", "encode"}, vae_inputs, run_vae},
       {"AutoencoderKLFlux2", "VAE", {"decode", "encode"}, vae_inputs, run_vae},
   };
@@ -156,6 +180,7 @@ std::string supported_component_classes() {
 const std::vector<PipelineClass>& pipeline_classes() {
   static const std::vector<PipelineClass> classes = {
       {"FluxPipeline", "FLUX.1-schnell, FLUX.1-dev", load_flux},
+      {"StableDiffusion3Pipeline", "SD3.5-medium, SD3.5-large", load_sd3},
   };
   return classes;
 }
