@@ -47,7 +47,9 @@ def write_workload(folder: pathlib.Path, double: int, single: int, txt: int, siz
 
     torch.manual_seed(0)
     print(f"writing flux2-mini random weights (bf16) to {folder} ...", flush=True)
-    m = Flux2Transformer2DModel(**config(double, single)).to(torch.bfloat16)
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16: no f32 copy of the weights
+    m = Flux2Transformer2DModel(**config(double, single))
+    torch.set_default_dtype(torch.float32)
     m.save_pretrained(folder)
     del m
     gc.collect()
