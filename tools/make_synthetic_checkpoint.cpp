@@ -14,8 +14,10 @@
 #include "io/json_config.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
+#include "models/flux2_transformer.h"
 #include "models/flux_transformer.h"
 #include "models/sd3_transformer.h"
+#include "models/mistral3_text_model.h"
 #include "models/t5_encoder.h"
 #include "runtime/error.h"
 
@@ -127,6 +129,50 @@ const char* kSd3Index = R"({
   "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "CLIPTokenizer"],
   "tokenizer_3": ["transformers", "T5TokenizerFast"],
   "transformer": ["diffusers", "SD3Transformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]})";
+// black-forest-labs/FLUX.2-dev as published (diffusers folder): the transformer, the
+// Mistral Small 3.2 text encoder (Mistral3ForConditionalGeneration; only its language model's
+// weights are written, the vision tower is never loaded), the Flux2 VAE and the scheduler.
+const char* kFlux2Transformer = R"({
+  "_class_name": "Flux2Transformer2DModel", "_diffusers_version": "0.36.0.dev0",
+  "attention_head_dim": 128, "axes_dims_rope": [32, 32, 32, 32], "eps": 1e-06,
+  "guidance_embeds": true, "in_channels": 128, "joint_attention_dim": 15360, "mlp_ratio": 3.0,
+  "num_attention_heads": 48, "num_layers": 8, "num_single_layers": 48, "out_channels": null,
+  "patch_size": 1, "rope_theta": 2000, "timestep_guidance_channels": 256})";
+const char* kMistralSmall32 = R"({
+  "architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10,
+  "model_type": "mistral3", "multimodal_projector_bias": false, "projector_hidden_act": "gelu",
+  "spatial_merge_size": 2,
+  "text_config": {
+    "attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "initializer_range": 0.02, "intermediate_size": 32768, "max_position_embeddings": 131072,
+    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 40,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000000.0,
+    "sliding_window": null, "use_cache": true, "vocab_size": 131072},
+  "torch_dtype": "bfloat16", "transformers_version": "4.57.0",
+  "vision_config": {
+    "attention_dropout": 0.0, "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024,
+    "image_size": 1540, "initializer_range": 0.02, "intermediate_size": 4096,
+    "model_type": "pixtral", "num_attention_heads": 16, "num_channels": 3,
+    "num_hidden_layers": 24, "patch_size": 14, "rope_theta": 10000.0},
+  "vision_feature_layer": -1})";
+const char* kFlux2Vae = R"({
+  "_class_name": "AutoencoderKLFlux2", "_diffusers_version": "0.36.0.dev0", "act_fn": "silu",
+  "batch_norm_eps": 0.0001, "batch_norm_momentum": 0.1, "block_out_channels": [128, 256, 512, 512],
+  "decoder_block_out_channels": null,
+  "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D",
+                       "DownEncoderBlock2D"],
+  "force_upcast": true, "in_channels": 3, "latent_channels": 32, "layers_per_block": 2,
+  "mid_block_add_attention": true, "norm_num_groups": 32, "out_channels": 3,
+  "patch_size": [2, 2], "sample_size": 1024,
+  "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D",
+                     "UpDecoderBlock2D"],
+  "use_post_quant_conv": true, "use_quant_conv": true})";
+const char* kFlux2Index = R"({
+  "_class_name": "Flux2Pipeline", "_diffusers_version": "0.36.0.dev0",
+  "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+  "text_encoder": ["transformers", "Mistral3ForConditionalGeneration"],
+  "tokenizer": ["transformers", "PixtralProcessor"],
+  "transformer": ["diffusers", "Flux2Transformer2DModel"], "vae": ["diffusers", "AutoencoderKLFlux2"]})";
 
 struct TensorSpec {
   std::string name;
@@ -304,6 +350,13 @@ int make_flux1_schnell(const fs::path& out, uint64_t seed, const std::vector<std
 // (an optional buffer) is left out: tessera computes it, as diffusers does at construction.
 int make_sd35(const fs::path& out, bool large, uint64_t seed,
               const std::vector<std::string>& only) {
+// Layer counts below the published ones keep the full width on a smaller disk (0: published).
+struct Flux2Sizes {
+  int64_t text_encoder_layers = 0, double_blocks = 0, single_blocks = 0;
+};
+
+int make_flux2_dev(const fs::path& out, uint64_t seed, const std::vector<std::string>& only,
+                   const Flux2Sizes& sizes) {
   auto want = [&](const std::string& c) {
     return only.empty() || std::find(only.begin(), only.end(), c) != only.end();
   };
@@ -337,6 +390,32 @@ int make_sd35(const fs::path& out, bool large, uint64_t seed,
     const auto cfg = write_config(out / "vae", "config.json", kSd3Vae);
     const AutoencoderKL m(AutoencoderKLConfig::from_json(JsonConfig::load(cfg.string())));
     write_checkpoint(out / "vae", "diffusion_pytorch_model", m, 10 * kGB, seed + 4);
+  std::ofstream(out / "model_index.json") << json::parse(kFlux2Index).dump(2) << "\n";
+  const fs::path tiny = fs::path(TESSERA_SOURCE_DIR) / "tests/fixtures/flux2-dev-tiny";
+  copy_folder(tiny / "scheduler", out / "scheduler");
+  copy_folder(tiny / "tokenizer", out / "tokenizer");  // the tiny vocabulary's ids all exist
+  constexpr size_t kGB = size_t(1000) * 1000 * 1000;
+  if (want("text_encoder")) {
+    json cfg = json::parse(kMistralSmall32);
+    if (sizes.text_encoder_layers > 0)
+      cfg["text_config"]["num_hidden_layers"] = sizes.text_encoder_layers;
+    const auto path = write_config(out / "text_encoder", "config.json", cfg.dump().c_str());
+    const Mistral3TextModel m(Mistral3TextConfig::from_json(JsonConfig::load(path.string())));
+    write_checkpoint(out / "text_encoder", "model", m, 5 * kGB, seed);
+  }
+  if (want("transformer")) {
+    json cfg = json::parse(kFlux2Transformer);
+    if (sizes.double_blocks > 0) cfg["num_layers"] = sizes.double_blocks;
+    if (sizes.single_blocks > 0) cfg["num_single_layers"] = sizes.single_blocks;
+    const auto path = write_config(out / "transformer", "config.json", cfg.dump().c_str());
+    const Flux2Transformer2DModel m(
+        Flux2TransformerConfig::from_json(JsonConfig::load(path.string())));
+    write_checkpoint(out / "transformer", "diffusion_pytorch_model", m, 10 * kGB, seed + 2);
+  }
+  if (want("vae")) {
+    const auto cfg = write_config(out / "vae", "config.json", kFlux2Vae);
+    const AutoencoderKL m(AutoencoderKLConfig::from_json(JsonConfig::load(cfg.string())));
+    write_checkpoint(out / "vae", "diffusion_pytorch_model", m, 10 * kGB, seed + 3);
   }
   return 0;
 }
@@ -351,8 +430,19 @@ int main(int argc, char** argv) {
   std::string model = "flux1-schnell", output;
   uint64_t seed = 0;
   std::vector<std::string> only;
-  app.add_option("--model", model, "which pipeline (flux1-schnell, sd35-medium, sd35-large)")
-      ->check(CLI::IsMember({"flux1-schnell", "sd35-medium", "sd35-large"}));
+  app.add_option("--model", model,
+                 "which pipeline (flux1-schnell, sd35-medium, sd35-large, flux2-dev)")
+      ->check(CLI::IsMember({"flux1-schnell", "sd35-medium", "sd35-large", "flux2-dev"}));
+  tessera::Flux2Sizes sizes;
+  app.add_option("--text-encoder-layers", sizes.text_encoder_layers,
+                 "flux2-dev: Mistral3 layers to write (default: the published 40)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--double-blocks", sizes.double_blocks,
+                 "flux2-dev: double-stream blocks (default: the published 8)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--single-blocks", sizes.single_blocks,
+                 "flux2-dev: single-stream blocks (default: the published 48)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--output,-o", output, "folder to write (created)")->required();
   app.add_option("--seed", seed, "seed of the random weights");
   app.add_option("--components", only,
@@ -363,8 +453,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     std::fprintf(stderr, "make_synthetic_checkpoint: %s -> %s\n", model.c_str(), output.c_str());
-    if (model == "flux1-schnell") return tessera::make_flux1_schnell(output, seed, only);
-    return tessera::make_sd35(output, model == "sd35-large", seed, only);
+    if (model == "sd35-medium" || model == "sd35-large")
+      return tessera::make_sd35(output, model == "sd35-large", seed, only);
+    if (model == "flux2-dev") {
+      for (const auto& c : only)
+        if (c == "text_encoder_2") throw std::runtime_error("flux2-dev has no text_encoder_2");
+      return tessera::make_flux2_dev(output, seed, only, sizes);
+    }
+    return tessera::make_flux1_schnell(output, seed, only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_synthetic_checkpoint: error: %s\n", e.what());
     return 1;

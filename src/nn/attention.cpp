@@ -17,16 +17,16 @@ Tensor unflatten_heads(const Tensor& x, int64_t head_dim) {
 }  // namespace
 
 Attention::Attention(int64_t query_dim, int64_t h, int64_t dim_head, bool added, bool pre,
-                     double eps)
+                     double eps, bool bias)
     : heads(h),
       head_dim(dim_head),
       added_kv_proj(added),
       pre_only(pre),
       norm_q(dim_head, eps),
       norm_k(dim_head, eps),
-      to_q(query_dim, h * dim_head),
-      to_k(query_dim, h * dim_head),
-      to_v(query_dim, h * dim_head) {
+      to_q(query_dim, h * dim_head, bias),
+      to_k(query_dim, h * dim_head, bias),
+      to_v(query_dim, h * dim_head, bias) {
   const int64_t inner = h * dim_head;
   register_module("norm_q", &norm_q);
   register_module("norm_k", &norm_k);
@@ -34,16 +34,16 @@ Attention::Attention(int64_t query_dim, int64_t h, int64_t dim_head, bool added,
   register_module("to_k", &to_k);
   register_module("to_v", &to_v);
   if (!pre_only) {
-    to_out_0 = std::make_unique<Linear>(inner, query_dim);
+    to_out_0 = std::make_unique<Linear>(inner, query_dim, bias);
     register_module("to_out.0", to_out_0.get());
   }
   if (added_kv_proj) {
     norm_added_q = std::make_unique<TorchRMSNorm>(dim_head, eps);
     norm_added_k = std::make_unique<TorchRMSNorm>(dim_head, eps);
-    add_q_proj = std::make_unique<Linear>(query_dim, inner);
-    add_k_proj = std::make_unique<Linear>(query_dim, inner);
-    add_v_proj = std::make_unique<Linear>(query_dim, inner);
-    to_add_out = std::make_unique<Linear>(inner, query_dim);
+    add_q_proj = std::make_unique<Linear>(query_dim, inner, bias);
+    add_k_proj = std::make_unique<Linear>(query_dim, inner, bias);
+    add_v_proj = std::make_unique<Linear>(query_dim, inner, bias);
+    to_add_out = std::make_unique<Linear>(inner, query_dim, bias);
     register_module("norm_added_q", norm_added_q.get());
     register_module("norm_added_k", norm_added_k.get());
     register_module("add_q_proj", add_q_proj.get());

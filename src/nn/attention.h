@@ -18,8 +18,9 @@ namespace tessera::nn {
 // (FLUX's single-stream blocks project outside).
 class Attention : public Module {
  public:
+  // bias=false: no projection biases (FLUX.2's Flux2Attention).
   Attention(int64_t query_dim, int64_t heads, int64_t dim_head, bool added_kv_proj, bool pre_only,
-            double eps);
+            double eps, bool bias = true);
   struct Output {
     Tensor hidden_states, encoder_hidden_states;  // the second only with added projections
   };

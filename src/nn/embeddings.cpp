@@ -19,8 +19,8 @@ Tensor Timesteps::operator()(const Tensor& timesteps) const {
   return timestep_embedding(timesteps, num_channels, flip_sin_to_cos, downscale_freq_shift);
 }
 
-TimestepEmbedding::TimestepEmbedding(int64_t in_channels, int64_t time_embed_dim)
-    : linear_1(in_channels, time_embed_dim), linear_2(time_embed_dim, time_embed_dim) {
+TimestepEmbedding::TimestepEmbedding(int64_t in_channels, int64_t time_embed_dim, bool bias)
+    : linear_1(in_channels, time_embed_dim, bias), linear_2(time_embed_dim, time_embed_dim, bias) {
   register_module("linear_1", &linear_1);
   register_module("linear_2", &linear_2);
 }

@@ -38,7 +38,8 @@ struct Timesteps {
 // TimestepEmbedding(in_channels, time_embed_dim) with SiLU: linear_1 -> silu -> linear_2.
 class TimestepEmbedding : public Module {
  public:
-  TimestepEmbedding(int64_t in_channels, int64_t time_embed_dim);
+  // bias=false: sample_proj_bias=False (FLUX.2).
+  TimestepEmbedding(int64_t in_channels, int64_t time_embed_dim, bool bias = true);
   Tensor operator()(const Tensor& sample) const;
   Linear linear_1, linear_2;
 };

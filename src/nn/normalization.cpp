@@ -43,8 +43,8 @@ AdaLayerNormZeroSingle::Output AdaLayerNormZeroSingle::operator()(const Tensor& 
   return {modulate(norm(x), c[0], c[1]), c[2]};
 }
 
-AdaLayerNormContinuous::AdaLayerNormContinuous(int64_t dim, int64_t cond_dim, double eps)
-    : linear(cond_dim, 2 * dim), norm(dim, eps, /*elementwise_affine=*/false) {
+AdaLayerNormContinuous::AdaLayerNormContinuous(int64_t dim, int64_t cond_dim, double eps, bool bias)
+    : linear(cond_dim, 2 * dim, bias), norm(dim, eps, /*elementwise_affine=*/false) {
   register_module("linear", &linear);
   register_module("norm", &norm);
 }

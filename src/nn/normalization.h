@@ -50,7 +50,9 @@ class AdaLayerNormZeroSingle : public Module {
 // (scale, shift), unlike AdaLayerNormZero.
 class AdaLayerNormContinuous : public Module {
  public:
-  AdaLayerNormContinuous(int64_t embedding_dim, int64_t conditioning_embedding_dim, double eps);
+  // bias=false: the linear has no bias (FLUX.2).
+  AdaLayerNormContinuous(int64_t embedding_dim, int64_t conditioning_embedding_dim, double eps,
+                         bool bias = true);
   Tensor operator()(const Tensor& x, const Tensor& conditioning_embedding) const;
   Linear linear;
   LayerNorm norm;

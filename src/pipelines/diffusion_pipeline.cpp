@@ -121,9 +121,12 @@ void DiffusionPipeline::enable_sequential_cpu_offload(std::optional<Device> devi
   offload_ = OffloadMode::sequential;
   release_all_weights();
   Module& d = denoiser();
-  OffloadedModel* w = weights_of(d);
-  TESSERA_CHECK(w, "[", class_name_, "] the denoiser was not loaded through load_model");
-  w->stream_blocks(d.repeated_block_modules());
+  TESSERA_CHECK(weights_of(d), "[", class_name_, "] the denoiser was not loaded through load_model");
+  // Every model that declares repeated blocks streams them (FLUX.2's text encoder layers too).
+  for (auto& m : models_) {
+    const std::vector<Module*> blocks = m.model->repeated_block_modules();
+    if (!blocks.empty()) m.weights->stream_blocks(blocks);
+  }
   // Repacked GEMM weights are keyed by storage; a zero-copy block would keep its packed copy
   // cached after release, so streamed weights bypass the cache (each block runs once a step).
   set_packed_weight_cache_capacity(0);

@@ -63,7 +63,8 @@ class DiffusionPipeline {
   virtual Module& denoiser() = 0;
 
   // diffusers' offload API: each model holds its weights only while it runs; sequential also
-  // streams the denoiser's repeated blocks one at a time. `device`: the execution device
+  // streams the repeated blocks of every model that declares them (the denoiser's, a decoder
+  // text encoder's layers) one at a time. `device`: the execution device
   // (default: detected); one that is not present is an error naming it and what is available.
   void enable_model_cpu_offload(std::optional<Device> device = std::nullopt);
   void enable_sequential_cpu_offload(std::optional<Device> device = std::nullopt);

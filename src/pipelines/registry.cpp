@@ -3,9 +3,12 @@
 #include "io/model_folder.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
+#include "models/flux2_transformer.h"
 #include "models/flux_transformer.h"
 #include "models/sd3_transformer.h"
+#include "models/mistral3_text_model.h"
 #include "models/t5_encoder.h"
+#include "pipelines/flux2_pipeline.h"
 #include "pipelines/flux_pipeline.h"
 #include "pipelines/sd3_pipeline.h"
 #include "runtime/error.h"
@@ -133,6 +136,41 @@ std::unique_ptr<DiffusionPipeline> load_sd3(PipelineFolder folder,
   return StableDiffusion3Pipeline::from_folder(std::move(folder), options);
 }
 
+NamedTensors run_mistral3(const std::string& folder, DType dtype, const NamedTensors& in,
+                          const ComponentRunOptions& o) {
+  const Mistral3TextOutput r = Mistral3TextModel::from_pretrained(folder, dtype)
+                                   ->forward(get(in, "input_ids"), get(in, "attention_mask"), -1,
+                                             o.capture);
+  NamedTensors out;
+  out["last_hidden_state"] = r.hidden_states.back();
+  if (o.hidden_states) add_hidden_states(r.hidden_states, &out);
+  return out;
+}
+
+std::vector<InputSpec> flux2_transformer_inputs(const std::string&) {
+  return {{"hidden_states", {3}, "(B, L_img, in_channels)", true},
+          {"encoder_hidden_states", {3}, "(B, L_txt, joint_attention_dim)", true},
+          {"timestep", {1}, "(B,)", true},
+          {"img_ids", {2, 3}, "(L_img, 4)", true},
+          {"txt_ids", {2, 3}, "(L_txt, 4)", true},
+          {"guidance", {1}, "(B,)", false}};
+}
+
+NamedTensors run_flux2_transformer(const std::string& folder, DType dtype, const NamedTensors& in,
+                                   const ComponentRunOptions& o) {
+  const Flux2TransformerInputs fi{get(in, "hidden_states"), get(in, "encoder_hidden_states"),
+                                  get(in, "timestep"),      get(in, "img_ids"),
+                                  get(in, "txt_ids"),       get(in, "guidance")};
+  NamedTensors out;
+  out["sample"] = Flux2Transformer2DModel::from_pretrained(folder, dtype)->forward(fi, o.capture);
+  return out;
+}
+
+std::unique_ptr<DiffusionPipeline> load_flux2(PipelineFolder folder,
+                                              const PipelineLoadOptions& options) {
+  return Flux2Pipeline::from_folder(std::move(folder), options);
+}
+
 // The entry of `classes` named `class_name`, or null.
 template <typename Class>
 const Class* find_class(const std::vector<Class>& classes, const std::string& class_name) {
@@ -156,6 +194,8 @@ const std::vector<ComponentClass>& component_classes() {
       {"SD3Transformer2DModel", "denoiser", {}, sd3_transformer_inputs, run_sd3_transformer},
       {"AutoencoderKL", "VAE", {"decode", "encode"}, vae_inputs, run_vae},
       {"AutoencoderKLFlux2", "VAE", {"decode", "encode"}, vae_inputs, run_vae},
+      {"Mistral3ForConditionalGeneration", "text encoder", {}, text_encoder_inputs, run_mistral3},
+      {"Flux2Transformer2DModel", "denoiser", {}, flux2_transformer_inputs, run_flux2_transformer},
   };
   return classes;
 }
@@ -181,6 +221,7 @@ const std::vector<PipelineClass>& pipeline_classes() {
   static const std::vector<PipelineClass> classes = {
       {"FluxPipeline", "FLUX.1-schnell, FLUX.1-dev", load_flux},
       {"StableDiffusion3Pipeline", "SD3.5-medium, SD3.5-large", load_sd3},
+      {"Flux2Pipeline", "FLUX.2-dev", load_flux2},
   };
   return classes;
 }
