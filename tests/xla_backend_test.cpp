@@ -9,6 +9,9 @@
 #include <cstdlib>
 
 #include "backends/xla/pjrt_client.h"
+#include "component_goldens.h"
+#include "conformance_cases.h"
+#include "models/flux_transformer.h"
 #include "backends/xla/xla_backend.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
@@ -159,6 +162,51 @@ TEST_F(Xla, ErrorsAreOneLineNeverAnAbort) {
   const Tensor y = dispatch1(std::make_shared<Twice>(), {xx}, {{3}, DType::f32});
   EXPECT_TRUE(test::bit_equal(y.to(Device::cpu()), mul(x, 2.0)));
   EXPECT_EQ(xla_stats().fallbacks["twice_for_test"], 1);
+}
+
+// Every op family of the conformance suite runs on xla:cpu through its lowering: none falls
+// back to the CPU (one eager run per case; the suite checks values in every mode). Run in the
+// xla_conformance entry, after the suite has compiled these cases (tests/xla.cmake).
+TEST_F(Xla, EveryConformanceFamilyIsLowered) {
+  reset_xla_stats();
+  for (size_t i = 0; i < std::size(conformance::kFamilies); ++i) {
+    for (const conformance::Case& c : conformance::kFamilies[i].gen(conformance::family_seed(i))) {
+      std::vector<Tensor> in;
+      for (const Tensor& t : c.inputs) in.push_back(t.defined() ? t.to(kXla) : t);
+      for (const Tensor& o : c.fn(in))
+        if (o.defined()) (void)o.to(Device::cpu());
+    }
+  }
+  const XlaStats st = xla_stats();
+  std::string fell;
+  for (const auto& [name, n] : st.fallbacks) fell += " " + name + " x" + std::to_string(n);
+  EXPECT_TRUE(st.fallbacks.empty()) << "ran on the CPU:" << fell;
+  std::printf("[xla] conformance cases: %lld compiles (%.1f s), %lld cache hits\n",
+              (long long)st.compiles, st.compile_seconds, (long long)st.cache_hits);
+}
+
+// The FLUX.1 transformer on xla:cpu against diffusers' goldens (module.to(device)).
+TEST_F(Xla, FluxTransformerMatchesDiffusers) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    test::ComponentGolden g;
+    if (!test::load_component_golden("flux1-schnell-tiny", "transformer", dt, &g))
+      GTEST_SKIP() << "missing transformer golden";
+    auto model = FluxTransformer2DModel::from_pretrained(
+        test::fixture_path("flux1-schnell-tiny/transformer"), dt);
+    model->to(kXla);
+    auto get = [&](const char* name) {
+      auto it = g.inputs.find(name);
+      return it == g.inputs.end() ? Tensor() : it->second.to(kXla);
+    };
+    reset_xla_stats();
+    const Tensor sample = model->forward({get("hidden_states"), get("encoder_hidden_states"),
+                                          get("pooled_projections"), get("timestep"),
+                                          get("img_ids"), get("txt_ids"), get("guidance")});
+    EXPECT_EQ(sample.device(), kXla);
+    test::expect_all_match(g.outputs, {{"sample", sample.to(Device::cpu())}}, dt, "output");
+    EXPECT_TRUE(xla_stats().fallbacks.empty());
+  }
 }
 
 }  // namespace

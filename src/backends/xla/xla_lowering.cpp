@@ -208,6 +208,7 @@ bool lower_unary(Hlo& h, const Unary& p, const Val& x, DType xd, const TensorSpe
     if (p.op() == UnaryOp::neg) r = h.unary("negate", xi);
     else if (p.op() == UnaryOp::abs) r = h.unary("abs", xi);
     else if (p.op() == UnaryOp::square) r = h.binary("multiply", xi, xi);
+    else if (p.op() == UnaryOp::relu) r = h.binary("maximum", xi, h.splat(0.0, xi.shape, xi.et));
     else return false;
     return true;
   }
@@ -301,8 +302,19 @@ bool lower_reduce(Hlo& h, const Reduce& p, const Val& x, DType xd, const TensorS
   std::vector<int64_t> bdims;
   for (size_t i = 0; i < x.shape.size(); ++i)
     if (int64_t(i) != dim) bdims.push_back(int64_t(i));
+  const bool ints = is_intlike(xd) || xd == DType::boolean;
   if (p.op() == ReduceOp::argmax) {
-    if (!is_float(xd) || o.dtype != DType::i64) return false;
+    if ((!is_float(xd) && !ints) || o.dtype != DType::i64) return false;
+    if (ints) {  // the first index of the maximum, in the integers themselves
+      Val xi = convert_dtype(h, x, xd, DType::i64);
+      Val m = h.broadcast_in_dim(h.reduce(xi, {dim}, "maximum", -9223372036854775808.0),
+                                 xi.shape, bdims);
+      Val idx = h.iota(xi.shape, dim, "i64");
+      Val cand = h.select(h.compare("EQ", xi, m), idx,
+                          h.splat(double(x.shape[size_t(dim)]), xi.shape, "i64"));
+      r = h.reshape(h.reduce(cand, {dim}, "minimum", double(INT64_MAX / 2)), o.shape);
+      return true;
+    }
     Val f = to_f32(h, x, xd);
     // The first index of the maximum; a NaN is the maximum (torch).
     Val nan = h.compare("NE", f, f);
@@ -311,6 +323,16 @@ bool lower_reduce(Hlo& h, const Reduce& p, const Val& x, DType xd, const TensorS
     Val idx = h.iota(f.shape, dim, "i64");
     Val cand = h.select(hit, idx, h.splat(double(x.shape[size_t(dim)]), f.shape, "i64"));
     r = h.reshape(h.reduce(cand, {dim}, "minimum", double(INT64_MAX / 2)), o.shape);
+    return true;
+  }
+  if (ints && is_intlike(o.dtype) &&
+      (p.op() == ReduceOp::sum || p.op() == ReduceOp::max)) {  // exact, in the output's type
+    Val xi = convert_dtype(h, x, xd, o.dtype);
+    Val red = p.op() == ReduceOp::sum ? h.reduce(xi, {dim}, "add", 0.0)
+                                      : h.reduce(xi, {dim}, "maximum",
+                                                 o.dtype == DType::i32 ? -2147483648.0
+                                                                          : -9223372036854775808.0);
+    r = h.reshape(red, o.shape);
     return true;
   }
   if (!is_float(o.dtype)) return false;
