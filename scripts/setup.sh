@@ -14,6 +14,8 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The XLA CPU plugin for the XLA backend (optional; TESSERA_XLA=0 skips it).
+trap '"$(dirname "$0")/setup_xla.sh"' EXIT
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
   exit 0

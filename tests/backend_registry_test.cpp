@@ -33,7 +33,9 @@ TEST(BackendRegistry, CpuIsRegisteredAndAvailable) {
   Backend& b = backend_for(Device::cpu());
   EXPECT_STREQ(b.name(), "cpu");
   EXPECT_EQ(&b.allocator(Device::cpu()), &cpu_allocator());
-  EXPECT_EQ(backends().size(), devs.size());
+  size_t listed = 0;  // a backend may be built with no device present (an XLA plugin missing)
+  for (Backend* be : backends()) listed += be->devices().size();
+  EXPECT_EQ(listed, devs.size());
   EXPECT_NO_THROW(require_available(Device::cpu()));
 }
 

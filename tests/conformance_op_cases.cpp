@@ -194,7 +194,9 @@ std::vector<Case> norm_cases(uint64_t seed) {
         [=](const Ins& in) {
           return Outs{layer_norm(in[ix], w ? in[iw] : Tensor(), bi ? in[ib] : Tensor(), eps)};
         },
-        2));
+        // Rows of one element are 0 up to the rounding of x * rstd (rstd = 1/sqrt(eps) ~ 316):
+        // an FMA or not decides those ulps, so the absolute tolerance scales with rstd there.
+        s.back() == 1 ? 200 : 2));
   }
   for (int variant = 0; variant < 16; ++variant) {
     Builder b("rms_norm", seed++);
@@ -413,7 +415,8 @@ std::vector<Case> shape_cases(uint64_t seed) {
           }
           return out;
         },
-        0));
+        // The pieces are exact; exp on another device's math library is within tolerance.
+        1));
   }
   for (int variant = 0; variant < 8; ++variant) {
     Builder b("pad", seed++);

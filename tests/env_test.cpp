@@ -31,6 +31,7 @@ const std::set<std::string> kNotEnvironment = {
     "TESSERA_JUDGE_PATH",                           //
     "TESSERA_SANITIZE",     "TESSERA_BUILD_BENCH",  // CMake options
     "TESSERA_BUILD_TESTS",  "TESSERA_SOURCES",      //
+    "TESSERA_HAS_XLA",      "TESSERA_XLA_SOURCES",  // the XLA backend's CMake switch
 };
 
 std::string read_all(const fs::path& p) {

@@ -48,6 +48,11 @@ int64_t Module::parameter_count() const {
   return n;
 }
 
+void Module::to(const Device& device) {
+  for (const Parameter& p : named_parameters())
+    if (p.slot->defined()) *p.slot = p.slot->to(device);
+}
+
 int64_t Module::parameter_bytes() const {
   int64_t n = 0;
   for (const auto& p : named_parameters())

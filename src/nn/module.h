@@ -70,6 +70,9 @@ class Module {
   std::vector<Parameter> named_parameters(const std::string& prefix = "") const;
   int64_t parameter_count() const;
   int64_t parameter_bytes() const;
+  // Moves every parameter onto `device` (torch's module.to(device)): a copy through the two
+  // backends' host copies; a parameter already there stays as it is.
+  void to(const Device& device);
 
   // Fills every parameter from `source`, checking shapes against the config. Errors name the
   // tensor, the source and both shapes. Returns the checkpoint tensors nothing asked for.

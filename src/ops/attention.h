@@ -28,6 +28,10 @@ class ScaledDotProductAttention final : public Primitive {
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
                                               const std::vector<Tensor>& out) override;
 
+  bool causal() const { return causal_; }
+  double scale() const { return scale_; }
+  bool has_mask() const { return has_mask_; }
+
  private:
   bool causal_;
   double scale_;

@@ -94,6 +94,9 @@ class Glu final : public Primitive {
     return g.act_ == act_ && g.gate_first_ == gate_first_;
   }
 
+  UnaryOp act() const { return act_; }
+  bool gate_first() const { return gate_first_; }
+
  private:
   UnaryOp act_;
   bool gate_first_;

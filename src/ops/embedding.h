@@ -26,6 +26,12 @@ class TimestepEmbedding final : public Primitive {
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
 
+  int64_t dim() const { return dim_; }
+  bool flip_sin_to_cos() const { return flip_; }
+  double downscale_freq_shift() const { return shift_; }
+  double scale() const { return scale_; }
+  double max_period() const { return max_period_; }
+
  private:
   int64_t dim_;
   bool flip_;

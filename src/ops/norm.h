@@ -27,6 +27,8 @@ class LayerNorm final : public Primitive {
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
 
+  double eps() const { return eps_; }
+
  private:
   double eps_;
   bool has_weight_, has_bias_;
@@ -53,6 +55,9 @@ class RmsNorm final : public Primitive {
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
                                               const std::vector<Tensor>& out) override;
 
+  double eps() const { return eps_; }
+  RmsNormStyle style() const { return style_; }
+
  private:
   double eps_;
   RmsNormStyle style_;
@@ -69,6 +74,11 @@ class GroupNorm final : public Primitive {
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
+
+  int64_t groups() const { return groups_; }
+  double eps() const { return eps_; }
+  bool has_weight() const { return has_weight_; }
+  bool has_bias() const { return has_bias_; }
 
  private:
   int64_t groups_;

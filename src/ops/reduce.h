@@ -15,6 +15,10 @@ class Reduce final : public Primitive {
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
 
+  ReduceOp op() const { return op_; }
+  int64_t dim() const { return dim_; }
+  bool unbiased() const { return unbiased_; }
+
  private:
   ReduceOp op_;
   int64_t dim_;  // normalised, in the input

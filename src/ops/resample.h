@@ -14,6 +14,8 @@ class UpsampleNearest final : public Primitive {
     return static_cast<const UpsampleNearest&>(o).factor_ == factor_;
   }
 
+  int64_t factor() const { return factor_; }
+
  private:
   int64_t factor_;
 };

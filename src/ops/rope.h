@@ -31,6 +31,9 @@ class RopeFrequencies final : public Primitive {
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& other) const override;
 
+  const std::vector<int64_t>& axes_dim() const { return axes_dim_; }
+  double theta() const { return theta_; }
+
  private:
   std::vector<int64_t> axes_dim_;
   double theta_;
@@ -46,6 +49,10 @@ class ApplyRope final : public Primitive {
   bool equal_attributes(const Primitive& other) const override;
   std::unique_ptr<PreparedKernel> prepare_cpu(const std::vector<Tensor>& in,
                                               const std::vector<Tensor>& out) override;
+
+  RopeLayout layout() const { return layout_; }
+  RopeMath math() const { return math_; }
+  int64_t sequence_dim() const { return sequence_dim_; }
 
  private:
   RopeLayout layout_;

@@ -19,6 +19,8 @@ class Concat final : public Primitive {
     return static_cast<const Concat&>(o).dim_ == dim_;
   }
 
+  int64_t dim() const { return dim_; }
+
  private:
   int64_t dim_;  // normalised
 };
@@ -32,6 +34,9 @@ class Pad final : public Primitive {
   void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override;
   void hash_attributes(Hasher& h) const override;
   bool equal_attributes(const Primitive& o) const override;
+
+  const std::vector<int64_t>& pads() const { return pads_; }
+  double value() const { return value_; }
 
  private:
   std::vector<int64_t> pads_;

@@ -15,6 +15,8 @@ class Softmax final : public Primitive {
     return dim_ == static_cast<const Softmax&>(other).dim_;
   }
 
+  int64_t dim() const { return dim_; }
+
  private:
   int64_t dim_;  // normalised, >= 0
 };

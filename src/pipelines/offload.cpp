@@ -35,8 +35,11 @@ Device resolve_offload_device(const std::optional<Device>& requested) {
     require_available(*requested);  // "[device] cuda:0 is not available ...; available: cpu"
     return *requested;
   }
+  // The default is an accelerator with its own kernels (cuda); an XLA plugin that happens to be
+  // installed (xla:cpu, tpu) is used only when named.
   for (const Device& d : available_devices())
-    if (d.type != DeviceType::cpu) return d;
+    if (d.type != DeviceType::cpu && d.type != DeviceType::xla && d.type != DeviceType::tpu)
+      return d;
   return Device::cpu();
 }
 

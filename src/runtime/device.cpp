@@ -9,16 +9,24 @@ namespace tessera {
 Device Device::parse(std::string_view s) {
   auto fail = [&]() {
     TESSERA_FAIL("[device] cannot parse device '", s,
-                 "'; expected cpu, cuda[:N], tpu[:N], xla:cpu, xla:cuda or xla:tpu");
+                 "'; expected cpu, cuda[:N], tpu[:N], xla:cpu[:N], xla:cuda[:N] or xla:tpu[:N]");
   };
   const auto colon = s.find(':');
   const std::string_view head = s.substr(0, colon);
   const std::string_view tail = colon == std::string_view::npos ? "" : s.substr(colon + 1);
   Device d;
-  if (head == "xla") {
-    if (tail != "cpu" && tail != "cuda" && tail != "tpu") fail();
+  if (head == "xla") {  // xla:PLATFORM[:N]
+    const auto colon2 = tail.find(':');
+    const std::string_view plat = tail.substr(0, colon2);
+    if (plat != "cpu" && plat != "cuda" && plat != "tpu") fail();
     d.type = DeviceType::xla;
-    d.platform = std::string(tail);
+    d.platform = std::string(plat);
+    if (colon2 != std::string_view::npos) {
+      const std::string_view idx = tail.substr(colon2 + 1);
+      auto [ptr, ec] = std::from_chars(idx.data(), idx.data() + idx.size(), d.index);
+      if (idx.empty() || ec != std::errc() || ptr != idx.data() + idx.size() || d.index < 0)
+        fail();
+    }
     return d;
   }
   if (head == "cpu") d.type = DeviceType::cpu;
@@ -38,7 +46,7 @@ std::string Device::str() const {
     case DeviceType::cpu: return "cpu";
     case DeviceType::cuda: return "cuda:" + std::to_string(index);
     case DeviceType::tpu: return "tpu:" + std::to_string(index);
-    case DeviceType::xla: return "xla:" + platform;
+    case DeviceType::xla: return "xla:" + platform + (index ? ":" + std::to_string(index) : "");
   }
   return "?";
 }

@@ -72,6 +72,29 @@ const EnvSpec kTable[] = {
     {EnvVar::conformance_known_bugs, "TESSERA_CONFORMANCE_KNOWN_BUGS", K::flag, "0", 0, "",
      "conformance: run the modes skipped for a known bug (set at all: on)", "decision 0020",
      "tests"},
+    {EnvVar::pjrt_plugin, "TESSERA_PJRT_PLUGIN", K::string, "", 0, "",
+     "the XLA CPU PJRT plugin (.so) behind xla:cpu; none: no xla:cpu device (default: the "
+     "wheel scripts/setup_xla.sh installs)",
+     "decision 0030"},
+    {EnvVar::pjrt_cuda_plugin, "TESSERA_PJRT_CUDA_PLUGIN", K::string, "", 0, "",
+     "the XLA CUDA PJRT plugin (.so) behind xla:cuda (default: none)", "decision 0030"},
+    {EnvVar::libtpu_path, "TESSERA_LIBTPU_PATH", K::string, "", 0, "",
+     "libtpu.so behind tpu (default: the one scripts/setup_xla.sh installs with TESSERA_LIBTPU=1)",
+     "decision 0030"},
+    {EnvVar::xla_fallback, "TESSERA_XLA_FALLBACK", K::flag, "1", 0, "",
+     "XLA devices run an op without a StableHLO lowering on the CPU through host copies (0: "
+     "such an op is an error naming it)",
+     "decision 0032"},
+    {EnvVar::xla_setup, "TESSERA_XLA", K::flag, "1", 0, "",
+     "scripts/setup.sh: install the XLA CPU plugin (0: skip it; the XLA backend is not built)",
+     "decision 0030", "scripts/setup_xla.sh"},
+    {EnvVar::libtpu_setup, "TESSERA_LIBTPU", K::flag, "0", 0, "",
+     "scripts/setup.sh: also install libtpu (Google's terms; never shipped)", "decision 0030",
+     "scripts/setup_xla.sh"},
+    {EnvVar::xla_dir, "TESSERA_XLA_DIR", K::string, "~/.cache/tessera/xla", 0, "",
+     "where scripts/setup_xla.sh installs the XLA plugins (CMake's TESSERA_XLA_DIR: where it "
+     "looks)",
+     "decision 0030", "scripts/setup_xla.sh"},
 };
 
 std::string lower(std::string_view s) {

@@ -37,6 +37,14 @@ enum class EnvVar {
   conformance_all,
   conformance_verbose,
   conformance_known_bugs,
+  // The XLA backend (src/backends/xla) and its setup script.
+  pjrt_plugin,
+  pjrt_cuda_plugin,
+  libtpu_path,
+  xla_fallback,
+  xla_setup,
+  libtpu_setup,
+  xla_dir,
 };
 
 enum class EnvKind { flag, integer, string, choice };

@@ -315,6 +315,9 @@ Tensor Tensor::bitcast(DType t) const {
 }
 
 std::vector<float> Tensor::to_floats() const {
+  // Another device's memory is not host memory: read a host copy.
+  if (defined() && device().type != DeviceType::cpu)
+    return to(Device::cpu()).to_floats();
   std::vector<float> out(static_cast<size_t>(numel()));
   const size_t es = dtype_size(dtype());
   if (numel() == 0) return out;
@@ -328,6 +331,9 @@ std::vector<float> Tensor::to_floats() const {
 }
 
 std::vector<int64_t> Tensor::to_ints() const {
+  // Another device's memory is not host memory: read a host copy.
+  if (defined() && device().type != DeviceType::cpu)
+    return to(Device::cpu()).to_ints();
   std::vector<int64_t> out(static_cast<size_t>(numel()));
   const size_t es = dtype_size(dtype());
   if (numel() == 0) return out;

@@ -1,0 +1,224 @@
+#include "backends/xla/pjrt_client.h"
+
+#include <dlfcn.h>
+#include <pjrt_c_api.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "runtime/env.h"
+#include "runtime/error.h"
+
+namespace tessera::xla {
+namespace {
+
+// executable_build_options { num_replicas: 1, num_partitions: 1 } as a serialized
+// xla.CompileOptionsProto: empty options abort every plugin (Check failed: replica_count > 0).
+constexpr char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+template <typename Args>
+Args make_args(size_t size) {
+  Args a{};
+  a.struct_size = size;
+  return a;
+}
+#define PJRT_ARGS(T) make_args<T>(T##_STRUCT_SIZE)
+
+std::string error_text(const PJRT_Api* api, PJRT_Error* err) {
+  auto m = PJRT_ARGS(PJRT_Error_Message_Args);
+  m.error = err;
+  api->PJRT_Error_Message(&m);
+  std::string s(m.message, m.message_size);
+  auto d = PJRT_ARGS(PJRT_Error_Destroy_Args);
+  d.error = err;
+  api->PJRT_Error_Destroy(&d);
+  return s;
+}
+
+}  // namespace
+
+PjrtExecutable::~PjrtExecutable() {
+  auto a = PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args);
+  a.executable = exe_;
+  if (PJRT_Error* e = api_->PJRT_LoadedExecutable_Destroy(&a)) error_text(api_, e);
+}
+
+void PjrtClient::check(void* err, const char* call) {
+  if (!err) return;
+  TESSERA_FAIL("[xla] ", call, " failed on ", platform_, " (", plugin_path_,
+               "): ", error_text(api_, static_cast<PJRT_Error*>(err)));
+}
+
+PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform)
+    : plugin_path_(plugin_path), platform_(platform) {
+  if (platform == "tpu") setenv("TPU_SKIP_MDS_QUERY", "1", 0);  // off Google Cloud: no retries
+  dl_ = dlopen(plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dl_) {
+    const char* why = dlerror();
+    TESSERA_FAIL("[xla] cannot load the PJRT plugin ", plugin_path, ": ", why ? why : "?");
+  }
+  using GetApi = const PJRT_Api* (*)();
+  auto get = reinterpret_cast<GetApi>(dlsym(dl_, "GetPjrtApi"));
+  TESSERA_CHECK(get, "[xla] ", plugin_path, " is not a PJRT plugin (no GetPjrtApi)");
+  api_ = get();
+  TESSERA_CHECK(api_, "[xla] ", plugin_path, ": GetPjrtApi returned null");
+  // Minor versions only add fields (struct_size tells them apart); a major version changes them.
+  TESSERA_CHECK(api_->pjrt_api_version.major_version == PJRT_API_MAJOR, "[xla] ", plugin_path,
+                " has PJRT C API ", api_version(), "; tessera was built for major version ",
+                PJRT_API_MAJOR);
+  auto init = PJRT_ARGS(PJRT_Plugin_Initialize_Args);
+  check(api_->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
+
+  std::vector<PJRT_NamedValue> opts;
+  auto named_int = [&](const char* name, int64_t v) {
+    PJRT_NamedValue nv{};
+    nv.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    nv.name = name;
+    nv.name_size = std::char_traits<char>::length(name);
+    nv.type = PJRT_NamedValue_kInt64;
+    nv.int64_value = v;
+    nv.value_size = 1;
+    opts.push_back(nv);
+  };
+  auto named_bool = [&](const char* name, bool v) {
+    PJRT_NamedValue nv{};
+    nv.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    nv.name = name;
+    nv.name_size = std::char_traits<char>::length(name);
+    nv.type = PJRT_NamedValue_kBool;
+    nv.bool_value = v;
+    nv.value_size = 1;
+    opts.push_back(nv);
+  };
+  if (platform == "cpu") named_int("cpu_device_count", 1);  // 4 by default on a 2-core machine
+  if (platform == "cuda") named_bool("preallocate", false);  // else ~75% of GPU memory is taken
+  auto c = PJRT_ARGS(PJRT_Client_Create_Args);
+  c.create_options = opts.data();
+  c.num_options = opts.size();
+  if (PJRT_Error* e = api_->PJRT_Client_Create(&c)) {
+    std::string msg = error_text(api_, e);
+    if (msg.find("No jellyfish device") != std::string::npos ||
+        msg.find("No visible GPU") != std::string::npos)
+      TESSERA_FAIL("[xla] no ", platform, " device found (", plugin_path, ": ", msg, ")");
+    TESSERA_FAIL("[xla] PJRT_Client_Create failed on ", platform, " (", plugin_path, "): ", msg);
+  }
+  client_ = c.client;
+  auto d = PJRT_ARGS(PJRT_Client_AddressableDevices_Args);
+  d.client = client_;
+  check(api_->PJRT_Client_AddressableDevices(&d), "PJRT_Client_AddressableDevices");
+  devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
+}
+
+PjrtClient::~PjrtClient() {
+  if (client_) {
+    auto a = PJRT_ARGS(PJRT_Client_Destroy_Args);
+    a.client = client_;
+    if (PJRT_Error* e = api_->PJRT_Client_Destroy(&a)) error_text(api_, e);
+  }
+  // The plugin stays loaded: its threads may outlive the client.
+}
+
+std::string PjrtClient::api_version() const {
+  return std::to_string(api_->pjrt_api_version.major_version) + "." +
+         std::to_string(api_->pjrt_api_version.minor_version);
+}
+
+std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text) {
+  PJRT_Program prog{};
+  prog.struct_size = PJRT_Program_STRUCT_SIZE;
+  prog.code = const_cast<char*>(mlir_text.data());
+  prog.code_size = mlir_text.size();
+  prog.format = "mlir";
+  prog.format_size = 4;
+  auto a = PJRT_ARGS(PJRT_Client_Compile_Args);
+  a.client = client_;
+  a.program = &prog;
+  a.compile_options = kCompileOptions;
+  a.compile_options_size = sizeof kCompileOptions;
+  check(api_->PJRT_Client_Compile(&a), "compiling a StableHLO module");
+  return std::make_shared<PjrtExecutable>(api_, a.executable);
+}
+
+PJRT_Buffer* PjrtClient::upload_bytes(const void* data, size_t nbytes, int device) {
+  TESSERA_CHECK(device >= 0 && size_t(device) < devices_.size(), "[xla] device index ", device,
+                " out of range: the ", platform_, " plugin has ", devices_.size(), " device(s)");
+  const int64_t dims[1] = {int64_t(nbytes)};
+  auto a = PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args);
+  a.client = client_;
+  a.data = data;
+  a.type = PJRT_Buffer_Type_U8;
+  a.dims = dims;
+  a.num_dims = 1;
+  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  a.device = devices_[size_t(device)];
+  check(api_->PJRT_Client_BufferFromHostBuffer(&a), "PJRT_Client_BufferFromHostBuffer");
+  if (a.done_with_host_buffer) await(a.done_with_host_buffer, "an upload");
+  return a.buffer;
+}
+
+void PjrtClient::download(PJRT_Buffer* buf, void* dst, size_t nbytes) {
+  auto a = PJRT_ARGS(PJRT_Buffer_ToHostBuffer_Args);
+  a.src = buf;
+  a.dst = dst;
+  a.dst_size = nbytes;
+  check(api_->PJRT_Buffer_ToHostBuffer(&a), "PJRT_Buffer_ToHostBuffer");
+  if (a.event) await(a.event, "a download");
+}
+
+void PjrtClient::destroy(PJRT_Buffer* buf) {
+  if (!buf) return;
+  auto a = PJRT_ARGS(PJRT_Buffer_Destroy_Args);
+  a.buffer = buf;
+  if (PJRT_Error* e = api_->PJRT_Buffer_Destroy(&a)) error_text(api_, e);
+}
+
+std::vector<PJRT_Buffer*> PjrtClient::execute(const PjrtExecutable& exe,
+                                              const std::vector<PJRT_Buffer*>& args,
+                                              size_t num_outputs, PJRT_Event** done) {
+  PJRT_ExecuteOptions opts{};
+  opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  std::vector<PJRT_Buffer*> outs(num_outputs, nullptr);
+  PJRT_Buffer* const* arg_list = args.data();
+  PJRT_Buffer** out_list = outs.data();
+  PJRT_Event* event = nullptr;
+  auto a = PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args);
+  a.executable = exe.get();
+  a.options = &opts;
+  a.argument_lists = &arg_list;
+  a.num_devices = 1;
+  a.num_args = args.size();
+  a.output_lists = &out_list;
+  a.device_complete_events = &event;
+  check(api_->PJRT_LoadedExecutable_Execute(&a), "PJRT_LoadedExecutable_Execute");
+  *done = event;
+  return outs;
+}
+
+void PjrtClient::await(PJRT_Event* e, const char* what) {
+  auto a = PJRT_ARGS(PJRT_Event_Await_Args);
+  a.event = e;
+  PJRT_Error* err = api_->PJRT_Event_Await(&a);
+  auto d = PJRT_ARGS(PJRT_Event_Destroy_Args);
+  d.event = e;
+  api_->PJRT_Event_Destroy(&d);
+  if (err) TESSERA_FAIL("[xla] ", what, " failed on ", platform_, ": ", error_text(api_, err));
+}
+
+std::string default_plugin_path(const std::string& platform) {
+  EnvVar var = platform == "cpu"    ? EnvVar::pjrt_plugin
+               : platform == "cuda" ? EnvVar::pjrt_cuda_plugin
+                                    : EnvVar::libtpu_path;
+  std::string p = env::string(var);
+  if (p == "none") return "";
+  if (!p.empty()) return p;  // named explicitly: a missing file is an error at load
+  const char* home = std::getenv("HOME");
+  if (!home) return "";
+  const std::string root = std::string(home) + "/.cache/tessera/xla/";
+  if (platform == "cpu") p = root + "xla-cpu-pjrt-0.0.1/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
+  else if (platform == "tpu") p = root + "libtpu/libtpu/libtpu.so";
+  else return "";
+  std::error_code ec;
+  return std::filesystem::exists(p, ec) ? p : "";
+}
+
+}  // namespace tessera::xla

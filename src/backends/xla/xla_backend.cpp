@@ -1,0 +1,501 @@
+#include "backends/xla/xla_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+#include <utility>
+
+#include "backends/xla/pjrt_client.h"
+#include "backends/xla/stablehlo.h"
+#include "backends/xla/xla_lowering.h"
+#include "ops/copy.h"
+#include "runtime/env.h"
+#include "runtime/error.h"
+#include "runtime/fusion.h"
+
+namespace tessera {
+namespace {
+
+using xla::Hlo;
+using xla::PjrtClient;
+using xla::PjrtExecutable;
+using xla::Val;
+
+std::mutex g_stats_mu;
+XlaStats g_stats;
+std::string g_last_module;
+
+// A storage's block on an XLA device: one u8[nbytes] PJRT buffer (null until first written).
+// Bytes keep a storage's dtype free, as on the CPU: programs bitcast them to each view's dtype.
+struct Block {
+  PJRT_Buffer* buf = nullptr;
+  size_t nbytes = 0;
+  int device = 0;
+  PjrtClient* client = nullptr;  // the plugin that owns buf
+};
+
+Block& block_of(const Storage& s) {
+  return *static_cast<Block*>(s.data());
+}
+
+class XlaAllocator final : public Allocator {
+ public:
+  XlaAllocator(PjrtClient* client, int device) : client_(client), device_(device) {}
+  void* allocate(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.current_bytes += int64_t(bytes);
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+    stats_.alloc_count++;
+    return new Block{nullptr, bytes, device_, client_};
+  }
+  void deallocate(void* p, size_t bytes) override;
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes = stats_.current_bytes;
+  }
+  void empty_cache() override {}  // PJRT owns the device memory; nothing is cached here
+
+ private:
+  PjrtClient* client_;
+  int device_;
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+};
+
+// A platform's plugin client (xla:cpu, xla:cuda or tpu), loaded at first use.
+struct Platform {
+  std::string name;
+  std::unique_ptr<PjrtClient> client;
+  std::string error;  // why it could not be loaded ("" when not tried or loaded)
+  bool tried = false;
+  std::vector<std::unique_ptr<XlaAllocator>> allocators;
+};
+
+class XlaBackend final : public Backend {
+ public:
+  explicit XlaBackend(DeviceType type) : type_(type) {
+    if (type == DeviceType::tpu) {
+      platforms_.push_back({"tpu", nullptr, "", false, {}});
+    } else {
+      platforms_.push_back({"cpu", nullptr, "", false, {}});
+      platforms_.push_back({"cuda", nullptr, "", false, {}});
+    }
+  }
+  const char* name() const override { return type_ == DeviceType::tpu ? "tpu" : "xla"; }
+  DeviceType device_type() const override { return type_; }
+
+  std::vector<Device> devices() const override {
+    std::vector<Device> out;
+    for (auto& p : platforms_) {
+      auto* self = const_cast<XlaBackend*>(this);
+      Platform& pl = self->load(p.name, false);
+      if (!pl.client) continue;
+      for (size_t i = 0; i < pl.client->num_devices(); ++i) out.push_back(device_of(pl, int(i)));
+    }
+    return out;
+  }
+
+  Allocator& allocator(const Device& d) override {
+    Platform& p = platform(d);
+    return *p.allocators[size_t(d.index)];
+  }
+
+  void copy_to_host(const Storage& src, size_t offset, void* dst, size_t bytes) override {
+    if (bytes == 0) return;
+    const Block& b = block_of(src);
+    TESSERA_CHECK(offset + bytes <= b.nbytes, "[xla] read past the end of a storage");
+    if (!b.buf) {  // never written: zeros, as a fresh buffer reads on the CPU after zeros()
+      std::memset(dst, 0, bytes);
+      return;
+    }
+    PjrtClient& c = client(src.device());
+    if (offset == 0 && bytes == b.nbytes) {
+      c.download(b.buf, dst, bytes);
+      return;
+    }
+    std::vector<char> all(b.nbytes);
+    c.download(b.buf, all.data(), all.size());
+    std::memcpy(dst, all.data() + offset, bytes);
+  }
+
+  void copy_from_host(const void* src, Storage& dst, size_t offset, size_t bytes) override {
+    if (bytes == 0) return;
+    Block& b = block_of(dst);
+    TESSERA_CHECK(offset + bytes <= b.nbytes, "[xla] write past the end of a storage");
+    PjrtClient& c = client(dst.device());
+    PJRT_Buffer* nb;
+    if (offset == 0 && bytes == b.nbytes) {
+      nb = c.upload_bytes(src, bytes, b.device);
+    } else {  // a part: patch the current bytes on the host (rare: whole tensors move)
+      std::vector<char> all(b.nbytes, 0);
+      if (b.buf) c.download(b.buf, all.data(), all.size());
+      std::memcpy(all.data() + offset, src, bytes);
+      nb = c.upload_bytes(all.data(), all.size(), b.device);
+    }
+    c.destroy(std::exchange(b.buf, nb));
+  }
+
+  void synchronize(const Device& d) override {
+    Platform& p = platform(d);
+    if (!p.client) return;
+    std::string first_error;
+    for (PJRT_Event* e : pending_) {
+      try {
+        p.client->await(e, "an executable");
+      } catch (const std::exception& ex) {
+        if (first_error.empty()) first_error = ex.what();
+      }
+    }
+    pending_.clear();
+    if (!first_error.empty()) TESSERA_FAIL(first_error);
+  }
+  // Downloads wait for their buffer's producer (PJRT orders work by buffer).
+  void wait_for(const Storage&) override {}
+  bool on_kernel_thread() const override { return false; }
+
+  // Fused kernels are CPU programs; an XLA device runs ops one by one (or whole segments).
+  bool supports(const Primitive& p, const std::vector<DType>&) const override {
+    return dynamic_cast<const FusedKernel*>(&p) == nullptr;
+  }
+  void launch(PrimitivePtr p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) override {
+    run(*p, ins, outs);  // PJRT executes asynchronously already
+  }
+  void run(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) override;
+  std::unique_ptr<PreparedKernel> prepare(Primitive&, const std::vector<Tensor>&,
+                                          const std::vector<Tensor>&) override {
+    return nullptr;  // run() finds the executable in its cache
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    Copy c;
+    std::vector<Tensor> out{dst};
+    run(c, {src}, out);
+  }
+
+ private:
+  Device device_of(const Platform& p, int i) const {
+    Device d;
+    d.type = type_;
+    d.index = i;
+    if (type_ == DeviceType::xla) d.platform = p.name;
+    return d;
+  }
+
+  Platform& load(const std::string& name, bool throw_on_error) {
+    Platform* pl = nullptr;
+    for (auto& p : platforms_)
+      if (p.name == name) pl = &p;
+    TESSERA_CHECK(pl, "[xla] no platform ", name, " on backend ", this->name());
+    if (!pl->tried) {
+      pl->tried = true;
+      const std::string path = xla::default_plugin_path(name);
+      if (path.empty()) {
+        pl->error = "[xla] no PJRT plugin for " + name +
+                    " (scripts/setup_xla.sh installs the CPU plugin; or set " +
+                    (name == "cpu"    ? "TESSERA_PJRT_PLUGIN"
+                     : name == "cuda" ? "TESSERA_PJRT_CUDA_PLUGIN"
+                                      : "TESSERA_LIBTPU_PATH") +
+                    ")";
+      } else {
+        try {
+          pl->client = std::make_unique<PjrtClient>(path, name);
+          for (size_t i = 0; i < pl->client->num_devices(); ++i)
+            pl->allocators.push_back(std::make_unique<XlaAllocator>(pl->client.get(), int(i)));
+        } catch (const std::exception& e) {
+          pl->error = e.what();
+        }
+      }
+    }
+    if (!pl->client && throw_on_error) TESSERA_FAIL(pl->error);
+    return *pl;
+  }
+
+  Platform& platform(const Device& d) {
+    const std::string name = type_ == DeviceType::tpu ? "tpu" : d.platform;
+    Platform& p = load(name, true);
+    TESSERA_CHECK(d.index >= 0 && size_t(d.index) < p.client->num_devices(), "[device] ",
+                  d.str(), " is out of range: the ", name, " plugin has ",
+                  p.client->num_devices(), " device(s)");
+    return p;
+  }
+  PjrtClient& client(const Device& d) { return *platform(d).client; }
+
+  // An input view as a value of its logical shape: the storage's bytes sliced, bitcast to the
+  // dtype and cut to the view with slices, reshapes and a transpose (no gather).
+  bool view_value(Hlo& h, const Tensor& t, const Val& bytes, Val& out);
+  void fallback(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs);
+  void track(PjrtClient& c, PJRT_Event* e) {
+    if (!e) return;
+    pending_.push_back(e);
+    if (pending_.size() >= 256) {  // bound the list: the oldest half has long finished
+      std::vector<PJRT_Event*> old(pending_.begin(), pending_.begin() + 128);
+      pending_.erase(pending_.begin(), pending_.begin() + 128);
+      for (PJRT_Event* o : old) c.await(o, "an executable");
+    }
+  }
+
+  struct Entry {
+    std::shared_ptr<PjrtExecutable> exe;  // null: no lowering, run through the fallback
+    std::vector<int> byte_params;         // per param: which input (>= 0) or ~output (< 0)
+    size_t num_outputs = 0;
+  };
+
+  DeviceType type_;
+  mutable std::vector<Platform> platforms_;
+  std::vector<PJRT_Event*> pending_;
+  std::unordered_map<std::string, Entry> cache_;
+};
+
+void XlaAllocator::deallocate(void* p, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.current_bytes -= int64_t(bytes);
+  }
+  Block* b = static_cast<Block*>(p);
+  if (b->buf) b->client->destroy(b->buf);
+  delete b;
+}
+
+void add_view_key(std::string& k, const Tensor& t) {
+  k += dtype_name(t.dtype());
+  k += shape_str(t.shape());
+  k += '/';
+  for (int64_t s : t.strides()) k += std::to_string(s) + ",";
+  k += '@' + std::to_string(t.offset()) + '#' + std::to_string(t.storage()->nbytes()) + ';';
+}
+
+bool XlaBackend::view_value(Hlo& h, const Tensor& t, const Val& bytes, Val& out) {
+  const DType dt = t.dtype();
+  const std::string et = xla::element_type(dt);
+  const int64_t es = int64_t(dtype_size(dt));
+  const Shape& shape = t.shape();
+  const Strides& st = t.strides();
+  if (t.numel() == 0) {
+    out = h.splat(0.0, shape, et);
+    return true;
+  }
+  int64_t extent = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (st[i] < 0) return false;
+    extent += (shape[i] - 1) * st[i];
+  }
+  // Bytes of [offset, offset + extent) as `extent` elements of the dtype.
+  Val b = h.slice(bytes, {t.offset() * es}, {(t.offset() + extent) * es});
+  Val flat;
+  if (dt == DType::boolean) flat = h.compare("NE", b, h.splat(0.0, b.shape, "ui8"));
+  else if (es == 1) flat = h.bitcast(b, {extent}, et);
+  else flat = h.bitcast(h.reshape(b, {extent, es}), {extent}, et);
+  // Dims that index memory (size > 1, stride > 0), outermost (largest stride) first; each must
+  // nest inside the previous one's stride (views of contiguous memory do).
+  std::vector<size_t> dims;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] > 1 && st[i] > 0) dims.push_back(i);
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return st[a] > st[b]; });
+  for (size_t k = 0; k + 1 < dims.size(); ++k)
+    if (st[dims[k]] < shape[dims[k + 1]] * st[dims[k + 1]]) return false;
+  Val cur = flat;  // [extent]
+  Shape lead;      // dims split off so far
+  int64_t len = extent;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t n = shape[dims[k]], s = st[dims[k]];
+    // cur is lead + [len]: take n rows of stride s.
+    if (len < n * s) {
+      Shape lo(lead.size() + 1, 0), hi(lead.size() + 1, 0);
+      hi.back() = n * s - len;
+      cur = h.pad(cur, h.constant(0.0, cur.et), lo, hi);
+    } else if (len > n * s) {
+      std::vector<int64_t> start(lead.size() + 1, 0), limit = lead;
+      limit.push_back(n * s);
+      cur = h.slice(cur, start, limit);
+    }
+    lead.push_back(n);
+    Shape ns = lead;
+    ns.push_back(s);
+    cur = h.reshape(cur, ns);
+    len = s;
+  }
+  {  // the element at offset 0 of the innermost run
+    std::vector<int64_t> start(lead.size() + 1, 0), limit = lead;
+    limit.push_back(1);
+    cur = h.reshape(h.slice(cur, start, limit), lead);
+  }
+  // lead is in stride order: transpose back to logical order, then broadcast the other dims.
+  std::vector<size_t> order = dims;
+  std::vector<int64_t> perm(dims.size());
+  std::vector<size_t> by_logical = dims;
+  std::sort(by_logical.begin(), by_logical.end());
+  for (size_t i = 0; i < by_logical.size(); ++i)
+    perm[i] = int64_t(std::find(order.begin(), order.end(), by_logical[i]) - order.begin());
+  cur = h.transpose(cur, perm);
+  std::vector<int64_t> bdims(by_logical.begin(), by_logical.end());
+  out = h.broadcast_in_dim(cur, shape, bdims);
+  if (out.shape == cur.shape) out = cur;
+  return true;
+}
+
+void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
+  const Device& d = outs.empty() ? ins.at(0).device() : outs[0].device();
+  PjrtClient& c = client(d);
+  // The key: primitive, attributes, every view (dtype, shape, strides, offset, storage size).
+  Hasher ah;
+  p.hash_attributes(ah);
+  std::string key = std::string(p.name()) + '|' + std::to_string(ah.value()) + '|';
+  for (const Tensor& t : ins) {
+    if (t.defined()) add_view_key(key, t);
+    else key += "-;";
+  }
+  key += "->";
+  for (const Tensor& t : outs) add_view_key(key, t);
+
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    Entry e;
+    Hlo h;
+    std::vector<Val> vals;
+    std::vector<DType> dts;
+    std::vector<TensorSpec> specs;
+    bool ok = true;
+    for (size_t i = 0; i < ins.size() && ok; ++i) {
+      if (!ins[i].defined()) {
+        ok = false;
+        break;
+      }
+      Val bytes = h.param({int64_t(ins[i].storage()->nbytes())}, "ui8");
+      e.byte_params.push_back(int(i));
+      Val v;
+      ok = view_value(h, ins[i], bytes, v);
+      vals.push_back(v);
+      dts.push_back(ins[i].dtype());
+    }
+    for (const Tensor& t : outs) specs.push_back({t.shape(), t.dtype()});
+    std::vector<Val> results;
+    ok = ok && xla::lower(h, p, vals, dts, specs, results);
+    if (ok) {
+      std::vector<Val> rets;
+      for (size_t q = 0; q < outs.size(); ++q) {
+        const Tensor& o = outs[q];
+        const int64_t n = o.numel(), es = int64_t(dtype_size(o.dtype()));
+        Val r = h.reshape(results[q], {n});
+        Val b;
+        if (o.dtype() == DType::boolean)
+          b = xla::convert_dtype(h, r, DType::boolean, DType::i32), b = h.convert(b, "ui8");
+        else if (es == 1) b = h.bitcast(r, {n}, "ui8");
+        else b = h.reshape(h.bitcast(r, {n, es}, "ui8"), {n * es});
+        const int64_t sb = int64_t(o.storage()->nbytes());
+        if (o.offset() != 0 || n * es != sb) {  // a part of its storage: update the old bytes
+          Val old = h.param({sb}, "ui8");
+          e.byte_params.push_back(~int(q));
+          b = h.dynamic_update_slice(old, b, {o.offset() * es});
+        }
+        rets.push_back(b);
+      }
+      e.num_outputs = rets.size();
+      const std::string text = h.module(rets);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        e.exe = c.compile(text);
+      } catch (const std::exception& ex) {
+        {
+          std::lock_guard<std::mutex> lock(g_stats_mu);
+          g_last_module = text;
+        }
+        TESSERA_FAIL("[xla] ", p.name(), ": ", ex.what());
+      }
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> lock(g_stats_mu);
+      g_stats.compiles++;
+      g_stats.compile_seconds += secs;
+      g_last_module = text;
+    }
+    it = cache_.emplace(std::move(key), std::move(e)).first;
+  } else {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.cache_hits++;
+  }
+  const Entry& e = it->second;
+  if (!e.exe) {
+    fallback(p, ins, outs);
+    return;
+  }
+  std::vector<PJRT_Buffer*> args;
+  for (int bp : e.byte_params) {
+    const Storage& s = bp >= 0 ? *ins[size_t(bp)].storage() : *outs[size_t(~bp)].storage();
+    Block& b = block_of(s);
+    if (!b.buf) {  // never written: zeros
+      std::vector<char> zeros(b.nbytes, 0);
+      b.buf = c.upload_bytes(zeros.data(), zeros.size(), b.device);
+    }
+    args.push_back(b.buf);
+  }
+  PJRT_Event* done = nullptr;
+  std::vector<PJRT_Buffer*> res = c.execute(*e.exe, args, e.num_outputs, &done);
+  track(c, done);
+  for (size_t q = 0; q < outs.size(); ++q) {
+    Block& b = block_of(*outs[q].storage());
+    c.destroy(std::exchange(b.buf, res[q]));
+  }
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  g_stats.executions++;
+}
+
+// No lowering: the CPU runs the op on host copies of the inputs (decision 0032).
+void XlaBackend::fallback(Primitive& p, const std::vector<Tensor>& ins,
+                          std::vector<Tensor>& outs) {
+  std::string dts;
+  for (const Tensor& t : ins) dts += std::string(dts.empty() ? "" : ", ") +
+                                     (t.defined() ? dtype_name(t.dtype()) : "none");
+  TESSERA_CHECK(env::flag(EnvVar::xla_fallback), "[xla] no StableHLO lowering for ", p.name(),
+                " on (", dts, "); TESSERA_XLA_FALLBACK=1 runs it on the CPU through host copies");
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.fallbacks[p.name()]++;
+  }
+  std::vector<Tensor> hin;
+  for (const Tensor& t : ins) {
+    if (!t.defined()) {
+      hin.push_back(t);
+      continue;
+    }
+    auto st = Storage::allocate(t.storage()->nbytes(), Device::cpu());
+    copy_to_host(*t.storage(), 0, st->data(), st->nbytes());
+    auto impl = std::make_shared<TensorImpl>(*t.impl());
+    impl->storage = st;
+    impl->pending.reset();
+    impl->device = Device::cpu();
+    hin.emplace_back(std::move(impl));
+  }
+  std::vector<Tensor> hout;
+  for (const Tensor& o : outs) hout.push_back(Tensor::empty(o.shape(), o.dtype()));
+  p.eval_cpu(hin, hout);
+  for (size_t q = 0; q < outs.size(); ++q)
+    copy_from_host(hout[q].raw_data(), *outs[q].storage(),
+                   size_t(outs[q].offset()) * dtype_size(outs[q].dtype()), hout[q].nbytes());
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_xla_backend(DeviceType type) {
+  return std::make_unique<XlaBackend>(type);
+}
+
+XlaStats xla_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  return g_stats;
+}
+void reset_xla_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  g_stats = XlaStats();
+}
+std::string xla_last_module() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  return g_last_module;
+}
+
+}  // namespace tessera

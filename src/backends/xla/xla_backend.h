@@ -1,0 +1,31 @@
+// The XLA backend (decision 0031): tensors live in PJRT buffers, each op runs as a StableHLO
+// executable compiled once per (primitive, attributes, views, dtypes) and cached; PJRT runs
+// them asynchronously and host reads wait. Devices xla:cpu[:i], xla:cuda[:i] and tpu[:i].
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace tessera {
+
+// The backend of DeviceType::xla (xla:cpu, xla:cuda) or DeviceType::tpu (libtpu).
+std::unique_ptr<Backend> make_xla_backend(DeviceType type);
+
+// Counters of the XLA backends (tests and benchmarks).
+struct XlaStats {
+  int64_t compiles = 0;        // executables compiled
+  int64_t cache_hits = 0;      // ops that reused one
+  int64_t executions = 0;      // executables run
+  double compile_seconds = 0;  // time in PJRT_Client_Compile
+  // Ops run on the CPU through host copies (no lowering), by primitive name (decision 0032).
+  std::map<std::string, int64_t> fallbacks;
+};
+XlaStats xla_stats();
+void reset_xla_stats();
+// The StableHLO text of the last module compiled (for error reports and tests).
+std::string xla_last_module();
+
+}  // namespace tessera

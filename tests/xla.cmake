@@ -1,0 +1,15 @@
+# The XLA backend's suites (decision 0030), when it is built: its own tests and the backend
+# conformance suite with xla:cpu among the devices. Every other entry runs with
+# TESSERA_PJRT_PLUGIN=none, so an installed plugin changes nothing there. Included last
+# (alphabetical), it sees every add_test entry of this folder.
+get_property(_tessera_tests DIRECTORY PROPERTY TESTS)
+foreach(t ${_tessera_tests})
+  set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT TESSERA_PJRT_PLUGIN=none)
+endforeach()
+if(PJRT_C_API_INCLUDE_DIR)
+  add_test(NAME xla_backend COMMAND tessera_tests --gtest_filter=Xla*:-Xla.EveryConformanceFamilyIsLowered)
+  set_tests_properties(xla_backend PROPERTIES TIMEOUT 300)
+  add_test(NAME xla_conformance
+           COMMAND tessera_tests --gtest_filter=conformance/BackendConformance.*:Xla.EveryConformanceFamilyIsLowered)
+  set_tests_properties(xla_conformance PROPERTIES TIMEOUT 600)
+endif()

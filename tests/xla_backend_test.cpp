@@ -1,0 +1,214 @@
+// The XLA backend through the XLA CPU PJRT plugin (decisions 0030-0032): the client, buffers,
+// cached per-op executables, views, dtype conversions with torch's rounding, the errors. The
+// conformance suite (tests/xla.cmake) runs every op family on xla:cpu against the CPU.
+#include <gtest/gtest.h>
+
+#ifdef TESSERA_HAS_XLA
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "backends/xla/pjrt_client.h"
+#include "component_goldens.h"
+#include "conformance_cases.h"
+#include "models/flux_transformer.h"
+#include "backends/xla/xla_backend.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/reduce.h"
+#include "ops/softmax.h"
+#include "runtime/backend.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+const Device kXla = Device::parse("xla:cpu");
+
+// A primitive no backend lowers: the XLA fallback's subject.
+class Twice final : public Primitive {
+ public:
+  const char* name() const override { return "twice_for_test"; }
+  void eval_cpu(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const std::vector<float> v = in[0].to_floats();
+    float* o = out[0].data<float>();
+    for (size_t i = 0; i < v.size(); ++i) o[i] = 2.f * v[i];
+  }
+};
+
+class Xla : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bool found = false;
+    for (const Device& d : available_devices()) found = found || d == kXla;
+    if (!found) GTEST_SKIP() << "no xla:cpu (plugin not installed or TESSERA_PJRT_PLUGIN=none)";
+  }
+};
+
+Tensor seq(const Shape& s, DType dt = DType::f32, float scale = 0.37f) {
+  std::vector<float> v(size_t(shape_numel(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * scale) * 3.f;
+  return Tensor::from_floats(v, s, dt);
+}
+
+TEST_F(Xla, DevicesParseAndPrint) {
+  EXPECT_EQ(Device::parse("xla:cpu").str(), "xla:cpu");
+  EXPECT_EQ(Device::parse("xla:cpu:1").str(), "xla:cpu:1");
+  EXPECT_EQ(Device::parse("tpu:2").str(), "tpu:2");
+  EXPECT_THROW(Device::parse("xla:cpu:x"), Error);
+  EXPECT_THROW(Device::parse("xla:gpu"), Error);
+  // One device (cpu_device_count = 1); another index is a clear error.
+  const std::string e =
+      test::error_message([] { Tensor::empty({2}, DType::f32, Device::parse("xla:cpu:3")); });
+  EXPECT_NE(e.find("xla:cpu:3 is out of range"), std::string::npos) << e;
+}
+
+TEST_F(Xla, RoundTripAndAddCompileOnceThenHit) {
+  reset_xla_stats();
+  const Tensor a = seq({8}), b = seq({8}, DType::f32, 0.11f);
+  const Tensor xa = a.to(kXla), xb = b.to(kXla);
+  EXPECT_TRUE(test::bit_equal(xa.to(Device::cpu()), a));
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor y = add(xa, xb);
+  const Tensor back = y.to(Device::cpu());
+  const double first_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(test::bit_equal(back, add(a, b)));
+  EXPECT_EQ(xla_stats().compiles, 1);
+  const int n = 200;
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) y = add(xa, xb);
+  synchronize(kXla);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count() / n;
+  EXPECT_EQ(xla_stats().compiles, 1);
+  EXPECT_GE(xla_stats().cache_hits, n);
+  std::printf("[xla] f32[8] add: first call (compile) %.1f ms, cached op %.2f us\n", first_ms, us);
+}
+
+TEST_F(Xla, ViewsAsInputs) {
+  const Tensor x = seq({4, 6, 5});
+  const Tensor xx = x.to(kXla);
+  auto same = [&](const Tensor& dev, const Tensor& host) {
+    EXPECT_TRUE(test::bit_equal(contiguous(dev).to(Device::cpu()), contiguous(host)));
+  };
+  same(xx.transpose(0, 2), x.transpose(0, 2));
+  same(xx.slice(1, 1, 5, 2), x.slice(1, 1, 5, 2));
+  same(xx.select(0, 2).slice(1, 1, 4), x.select(0, 2).slice(1, 1, 4));
+  same(xx.slice(2, 2, 3).expand({4, 6, 7}), x.slice(2, 2, 3).expand({4, 6, 7}));
+  same(xx.permute({1, 2, 0}).slice(0, 3, 6), x.permute({1, 2, 0}).slice(0, 3, 6));
+  // A host read of a view (to_floats) goes through a host copy.
+  EXPECT_EQ(xx.select(2, 1).to_floats(), x.select(2, 1).to_floats());
+}
+
+TEST_F(Xla, ConversionsRoundAsTorch) {
+  // Ties, subnormals, overflow and NaN for bf16, f16 and the f8 formats: bit for bit.
+  std::vector<float> v = {0.f, -0.f, 1.f, 1.00390625f, 1.01171875f, 3.14159265f, -2.5e-3f, 1e-40f,
+                          65519.f, 70000.f, 300.f, 449.f, 465.f, 1e6f, -1e6f, INFINITY,
+                          -INFINITY, NAN, 57344.f, 61440.f};
+  const Tensor x = Tensor::from_floats(v, {int64_t(v.size())});
+  const Tensor xx = x.to(kXla);
+  for (DType dt : {DType::bf16, DType::f16, DType::f8e4m3, DType::f8e5m2, DType::boolean}) {
+    EXPECT_TRUE(test::bit_equal(astype(xx, dt).to(Device::cpu()), astype(x, dt)))
+        << dtype_name(dt);
+    // And back to f32.
+    EXPECT_TRUE(test::bit_equal(astype(astype(xx, dt), DType::f32).to(Device::cpu()),
+                                astype(astype(x, dt), DType::f32)))
+        << dtype_name(dt);
+  }
+  const Tensor i = Tensor::from_ints({-3, 0, 7, 1 << 20}, {4});
+  EXPECT_TRUE(test::bit_equal(astype(i.to(kXla), DType::f32).to(Device::cpu()),
+                              astype(i, DType::f32)));
+  EXPECT_TRUE(test::bit_equal(add(i.to(kXla), i.to(kXla)).to(Device::cpu()), add(i, i)));
+}
+
+TEST_F(Xla, MatmulLinearSoftmaxReduce) {
+  const Tensor a = seq({2, 5, 7}), b = seq({7, 3}, DType::f32, 0.21f);
+  const Tensor w = seq({4, 7}, DType::f32, 0.05f), bias = seq({4}, DType::f32, 0.9f);
+  const Tensor xa = a.to(kXla);
+  EXPECT_TRUE(test::all_close(matmul(xa, b.to(kXla)).to(Device::cpu()), matmul(a, b), 1e-5, 1e-5));
+  EXPECT_TRUE(test::all_close(linear(xa, w.to(kXla), bias.to(kXla)).to(Device::cpu()),
+                              linear(a, w, bias), 1e-5, 1e-5));
+  EXPECT_TRUE(
+      test::all_close(softmax(xa, -1).to(Device::cpu()), softmax(a, -1), 1e-6, 1e-6));
+  EXPECT_TRUE(test::all_close(var(xa, 1).to(Device::cpu()), var(a, 1), 1e-5, 1e-5));
+  EXPECT_TRUE(test::bit_equal(argmax(xa, 2).to(Device::cpu()), argmax(a, 2)));
+  const Tensor ab = astype(a, DType::bf16);
+  EXPECT_TRUE(test::bf16_close(matmul(ab.to(kXla), astype(b, DType::bf16).to(kXla))
+                                   .to(Device::cpu()),
+                               matmul(ab, astype(b, DType::bf16))));
+}
+
+TEST_F(Xla, ErrorsAreOneLineNeverAnAbort) {
+  std::string e = test::error_message([] { xla::PjrtClient("/nonexistent/plugin.so", "cpu"); });
+  EXPECT_NE(e.find("[xla] cannot load the PJRT plugin /nonexistent/plugin.so"), std::string::npos)
+      << e;
+  e = test::error_message([] { xla::PjrtClient("libm.so.6", "cpu"); });
+  EXPECT_NE(e.find("is not a PJRT plugin (no GetPjrtApi)"), std::string::npos) << e;
+  // An op with no lowering, with the fallback switched off, names the op.
+  setenv("TESSERA_XLA_FALLBACK", "0", 1);
+  const Tensor x = seq({3});
+  const Tensor xx = x.to(kXla);
+  e = test::error_message([&] {
+    (void)dispatch1(std::make_shared<Twice>(), {xx}, {{3}, DType::f32});
+    synchronize(kXla);
+  });
+  unsetenv("TESSERA_XLA_FALLBACK");
+  EXPECT_NE(e.find("[xla] no StableHLO lowering for twice_for_test on (f32)"), std::string::npos)
+      << e;
+  // With it on (the default), the CPU runs it on host copies and the stats say so.
+  reset_xla_stats();
+  const Tensor y = dispatch1(std::make_shared<Twice>(), {xx}, {{3}, DType::f32});
+  EXPECT_TRUE(test::bit_equal(y.to(Device::cpu()), mul(x, 2.0)));
+  EXPECT_EQ(xla_stats().fallbacks["twice_for_test"], 1);
+}
+
+// Every op family of the conformance suite runs on xla:cpu through its lowering: none falls
+// back to the CPU (one eager run per case; the suite checks values in every mode). Run in the
+// xla_conformance entry, after the suite has compiled these cases (tests/xla.cmake).
+TEST_F(Xla, EveryConformanceFamilyIsLowered) {
+  reset_xla_stats();
+  for (size_t i = 0; i < std::size(conformance::kFamilies); ++i) {
+    for (const conformance::Case& c : conformance::kFamilies[i].gen(conformance::family_seed(i))) {
+      std::vector<Tensor> in;
+      for (const Tensor& t : c.inputs) in.push_back(t.defined() ? t.to(kXla) : t);
+      for (const Tensor& o : c.fn(in))
+        if (o.defined()) (void)o.to(Device::cpu());
+    }
+  }
+  const XlaStats st = xla_stats();
+  std::string fell;
+  for (const auto& [name, n] : st.fallbacks) fell += " " + name + " x" + std::to_string(n);
+  EXPECT_TRUE(st.fallbacks.empty()) << "ran on the CPU:" << fell;
+  std::printf("[xla] conformance cases: %lld compiles (%.1f s), %lld cache hits\n",
+              (long long)st.compiles, st.compile_seconds, (long long)st.cache_hits);
+}
+
+// The FLUX.1 transformer on xla:cpu against diffusers' goldens (module.to(device)).
+TEST_F(Xla, FluxTransformerMatchesDiffusers) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    test::ComponentGolden g;
+    if (!test::load_component_golden("flux1-schnell-tiny", "transformer", dt, &g))
+      GTEST_SKIP() << "missing transformer golden";
+    auto model = FluxTransformer2DModel::from_pretrained(
+        test::fixture_path("flux1-schnell-tiny/transformer"), dt);
+    model->to(kXla);
+    auto get = [&](const char* name) {
+      auto it = g.inputs.find(name);
+      return it == g.inputs.end() ? Tensor() : it->second.to(kXla);
+    };
+    reset_xla_stats();
+    const Tensor sample = model->forward({get("hidden_states"), get("encoder_hidden_states"),
+                                          get("pooled_projections"), get("timestep"),
+                                          get("img_ids"), get("txt_ids"), get("guidance")});
+    EXPECT_EQ(sample.device(), kXla);
+    test::expect_all_match(g.outputs, {{"sample", sample.to(Device::cpu())}}, dt, "output");
+    EXPECT_TRUE(xla_stats().fallbacks.empty());
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+#endif  // TESSERA_HAS_XLA
