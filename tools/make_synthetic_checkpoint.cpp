@@ -350,13 +350,6 @@ int make_flux1_schnell(const fs::path& out, uint64_t seed, const std::vector<std
 // (an optional buffer) is left out: tessera computes it, as diffusers does at construction.
 int make_sd35(const fs::path& out, bool large, uint64_t seed,
               const std::vector<std::string>& only) {
-// Layer counts below the published ones keep the full width on a smaller disk (0: published).
-struct Flux2Sizes {
-  int64_t text_encoder_layers = 0, double_blocks = 0, single_blocks = 0;
-};
-
-int make_flux2_dev(const fs::path& out, uint64_t seed, const std::vector<std::string>& only,
-                   const Flux2Sizes& sizes) {
   auto want = [&](const std::string& c) {
     return only.empty() || std::find(only.begin(), only.end(), c) != only.end();
   };
@@ -390,6 +383,21 @@ int make_flux2_dev(const fs::path& out, uint64_t seed, const std::vector<std::st
     const auto cfg = write_config(out / "vae", "config.json", kSd3Vae);
     const AutoencoderKL m(AutoencoderKLConfig::from_json(JsonConfig::load(cfg.string())));
     write_checkpoint(out / "vae", "diffusion_pytorch_model", m, 10 * kGB, seed + 4);
+  }
+  return 0;
+}
+
+// Layer counts below the published ones keep the full width on a smaller disk (0: published).
+struct Flux2Sizes {
+  int64_t text_encoder_layers = 0, double_blocks = 0, single_blocks = 0;
+};
+
+int make_flux2_dev(const fs::path& out, uint64_t seed, const std::vector<std::string>& only,
+                   const Flux2Sizes& sizes) {
+  auto want = [&](const std::string& c) {
+    return only.empty() || std::find(only.begin(), only.end(), c) != only.end();
+  };
+  fs::create_directories(out);
   std::ofstream(out / "model_index.json") << json::parse(kFlux2Index).dump(2) << "\n";
   const fs::path tiny = fs::path(TESSERA_SOURCE_DIR) / "tests/fixtures/flux2-dev-tiny";
   copy_folder(tiny / "scheduler", out / "scheduler");
