@@ -58,15 +58,24 @@ int run(int argc, char** argv) {
   int64_t size = 512, txt = 333, batch = 2, warmup = 1, iters = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model_dir = v;
-    else if (k == "--dtype") dtype = v;
-    else if (k == "--modes") modes = v;
-    else if (k == "--size") size = std::stoll(v);
-    else if (k == "--txt") txt = std::stoll(v);
-    else if (k == "--batch") batch = std::stoll(v);
-    else if (k == "--warmup") warmup = std::stoll(v);
-    else if (k == "--iters") iters = std::stoll(v);
-    else TESSERA_FAIL("[sd3_bench] unknown flag ", k);
+    if (k == "--model")
+      model_dir = v;
+    else if (k == "--dtype")
+      dtype = v;
+    else if (k == "--modes")
+      modes = v;
+    else if (k == "--size")
+      size = std::stoll(v);
+    else if (k == "--txt")
+      txt = std::stoll(v);
+    else if (k == "--batch")
+      batch = std::stoll(v);
+    else if (k == "--warmup")
+      warmup = std::stoll(v);
+    else if (k == "--iters")
+      iters = std::stoll(v);
+    else
+      TESSERA_FAIL("[sd3_bench] unknown flag ", k);
   }
   TESSERA_CHECK(!model_dir.empty(), "[sd3_bench] --model DIR is required");
   const DType dt = dtype_from_name(dtype);

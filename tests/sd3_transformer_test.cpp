@@ -137,6 +137,34 @@ TEST(SD3Transformer, RegionalAndWholeCompile) {
   EXPECT_TRUE(test::bit_equal(model->forward(in), skipped));
 }
 
+// The published SD3.5 transformer configs (as tools/make_synthetic_checkpoint writes them) build
+// from the same code: 2.47B parameters for medium (13 dual-attention blocks, the position table
+// of 384^2 included: 4.94 GB in bf16) and 8.15B for large (no dual attention; the model card's
+// "8B").
+TEST(SD3Transformer, PublishedConfigsBuild) {
+  auto build = [](const char* text) {
+    return SD3Transformer2DModel(
+        SD3TransformerConfig::from_json(JsonConfig::from_json(nlohmann::json::parse(text), "cfg")));
+  };
+  const SD3Transformer2DModel medium = build(R"({"attention_head_dim": 64,
+      "caption_projection_dim": 1536, "dual_attention_layers": [0,1,2,3,4,5,6,7,8,9,10,11,12],
+      "in_channels": 16, "joint_attention_dim": 4096, "num_attention_heads": 24, "num_layers": 24,
+      "out_channels": 16, "patch_size": 2, "pooled_projection_dim": 2048,
+      "pos_embed_max_size": 384, "qk_norm": "rms_norm", "sample_size": 128})");
+  EXPECT_NEAR(double(medium.parameter_count()) / 1e9, 2.47, 0.01);
+  EXPECT_TRUE(medium.transformer_blocks[12]->use_dual_attention);
+  EXPECT_FALSE(medium.transformer_blocks[13]->use_dual_attention);
+  const SD3Transformer2DModel large = build(R"({"attention_head_dim": 64,
+      "caption_projection_dim": 2432, "dual_attention_layers": [], "in_channels": 16,
+      "joint_attention_dim": 4096, "num_attention_heads": 38, "num_layers": 38, "out_channels": 16,
+      "patch_size": 2, "pooled_projection_dim": 2048, "pos_embed_max_size": 192,
+      "qk_norm": "rms_norm", "sample_size": 128})");
+  EXPECT_NEAR(double(large.parameter_count()) / 1e9, 8.15, 0.01);
+  EXPECT_TRUE(large.transformer_blocks.back()->context_pre_only);
+  std::cout << "  medium " << medium.parameter_count() << ", large " << large.parameter_count()
+            << " parameters\n";
+}
+
 TEST(SD3TransformerErrors, ConfigAndInputsAreChecked) {
   if (!have_tiny()) GTEST_SKIP() << "missing fixture " << kSd3;
   const std::string comp = std::string(kSd3) + "/transformer";
