@@ -278,11 +278,10 @@ Tensor Mistral3TextModel::prompt_embeds(const Tensor& input_ids, const Tensor& a
                   "] does not exist: the model has ", total, " layers (0..", total, ")");
     last = std::max(last, k);
   }
+  // hidden_states[total] is after the final norm only when every layer runs, as forward gives.
   const Mistral3TextOutput o = forward(input_ids, attention_mask, last);
-  // hidden_states[total] is after the final norm only when every layer runs.
-  const Mistral3TextOutput& full = o;
   std::vector<Tensor> parts;
-  for (int64_t k : layers) parts.push_back(full.hidden_states[size_t(k)]);
+  for (int64_t k : layers) parts.push_back(o.hidden_states[size_t(k)]);
   // stack(parts, 1).permute(0, 2, 1, 3).reshape(B, L, n * D) is the per-token concatenation.
   return concat(parts, 2);
 }
