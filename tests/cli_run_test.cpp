@@ -128,7 +128,8 @@ std::vector<GoldenCase> golden_cases() {
       {"sd35-medium-tiny",
        {"text_encoder", "text_encoder_2", "text_encoder_3", "transformer", "vae.decode",
         "vae.encode"}},
-      {"flux2-dev-tiny", {"vae.decode", "vae.encode"}},  // AutoencoderKLFlux2
+      // AutoencoderKLFlux2 and Flux2Transformer2DModel (integer position ids).
+      {"flux2-dev-tiny", {"transformer", "vae.decode", "vae.encode"}},
   };
   std::vector<GoldenCase> cases;
   for (const auto& [p, components] : runs)

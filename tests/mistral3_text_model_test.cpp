@@ -73,6 +73,22 @@ TEST(Mistral3TextModel, RegionalCompileIsBitEqualToEager) {
   EXPECT_EQ(model->compiled_programs().count("MistralDecoderLayer"), 1u);
 }
 
+// compile(): the whole forward (embedding, the layers the call runs, norm) as one program.
+TEST(Mistral3TextModel, WholeCompileIsBitEqualToEager) {
+  test::ComponentGolden g;
+  if (!test::load_component_golden("flux2-dev-tiny", "text_encoder", DType::bf16, &g))
+    GTEST_SKIP() << "missing text_encoder golden";
+  auto model = Mistral3TextModel::from_pretrained(test::fixture_path(kFolder), DType::bf16);
+  model->reset_compile();
+  const auto eager = model->forward(g.inputs.at("input_ids"), g.inputs.at("attention_mask"));
+  model->compile();
+  const auto compiled = model->forward(g.inputs.at("input_ids"), g.inputs.at("attention_mask"));
+  ASSERT_EQ(compiled.hidden_states.size(), eager.hidden_states.size());
+  for (size_t i = 0; i < eager.hidden_states.size(); ++i)
+    EXPECT_TRUE(test::bit_equal(compiled.hidden_states[i], eager.hidden_states[i])) << i;
+  EXPECT_EQ(model->compiled_programs().size(), 1u);
+}
+
 TEST(Mistral3TextModelErrors, ConfigAndInputErrorsAreNamed) {
   if (!test::has_fixture(std::string(kFolder) + "/config.json")) GTEST_SKIP() << "missing fixture";
   {

@@ -296,7 +296,8 @@ void register_generate(CLI::App& app, Runner& run) {
                 "with --offload); the rest runs in the eager/defer mode chosen");
   sub->add_option("--offload", o->offload,
                   "none (default), model (each model's weights only while it runs) or "
-                  "sequential (the transformer's blocks one at a time)")
+                  "sequential (repeated blocks one at a time: the transformer's, and FLUX.2's "
+                  "text-encoder layers)")
       ->check(CLI::IsMember({"none", "model", "sequential"}));
   sub->add_option("--output,-o", o->output, "output PNG (with --num-images N: name-0.png ...)");
   sub->add_option("--report", o->report, "write a JSON report: times per stage, peak memory");

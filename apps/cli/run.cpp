@@ -78,6 +78,8 @@ std::map<std::string, Tensor> check_inputs(const std::map<std::string, Tensor>& 
       TESSERA_CHECK(!is_floating(t.dtype()), "input 'input_ids' must hold integers, got ",
                     t.describe());
       out[n] = astype(t, DType::i64);
+    } else if ((n == "img_ids" || n == "txt_ids") && !is_floating(t.dtype())) {
+      out[n] = astype(t, DType::i64);  // FLUX.2's pipeline passes integer position ids
     } else {
       TESSERA_CHECK(is_floating(t.dtype()), "input '", n, "' must be floating point, got ",
                     t.describe());

@@ -218,18 +218,54 @@ std::pair<Tensor, Tensor> Mistral3TextModel::rotary_tables(int64_t L) const {
   return {Tensor::from_floats(c, {L, d}), Tensor::from_floats(s, {L, d})};
 }
 
+std::vector<std::string> Mistral3TextModel::capture_names(int64_t run) const {
+  std::vector<std::string> names{"embed_tokens"};
+  for (int64_t i = 0; i < run; ++i) {
+    const std::string p = "layers." + std::to_string(i);
+    for (const char* k :
+         {"", ".input_layernorm", ".self_attn", ".post_attention_layernorm", ".mlp"})
+      names.push_back(p + k);
+  }
+  if (run == int64_t(language_model.layers.size())) names.push_back("norm");
+  for (auto& n : names) n = kModelPrefix + n;
+  return names;
+}
+
 Mistral3TextOutput Mistral3TextModel::forward(const Tensor& input_ids, const Tensor& attention_mask,
                                               int64_t num_layers,
                                               std::map<std::string, Tensor>* capture) const {
+  const int64_t total = int64_t(language_model.layers.size());
+  TESSERA_CHECK(num_layers <= total, kWhere, " asked for ", num_layers,
+                " layers but the model has ", total);
+  const int64_t run = num_layers < 0 ? total : num_layers;
+  // Through call(): the hidden states (and captured activations) are its outputs; one variant
+  // per layer count and capture.
+  const std::vector<std::string> names = capture ? capture_names(run) : std::vector<std::string>{};
+  const auto outs = call(
+      {input_ids, attention_mask},
+      [&](const std::vector<Tensor>& x) {
+        std::map<std::string, Tensor> cap;
+        std::vector<Tensor> r =
+            forward_eager(x[0], x[1], run, capture ? &cap : nullptr).hidden_states;
+        for (const auto& n : names) r.push_back(cap.at(n));
+        return r;
+      },
+      2 * run + (capture ? 1 : 0));
+  Mistral3TextOutput o;
+  o.hidden_states.assign(outs.begin(), outs.begin() + (run + 1));
+  for (size_t i = 0; i < names.size(); ++i) (*capture)[names[i]] = outs[size_t(run + 1) + i];
+  return o;
+}
+
+Mistral3TextOutput Mistral3TextModel::forward_eager(const Tensor& input_ids,
+                                                    const Tensor& attention_mask, int64_t run,
+                                                    std::map<std::string, Tensor>* capture) const {
   TESSERA_CHECK(input_ids.defined() && input_ids.ndim() == 2 &&
                     (input_ids.dtype() == DType::i64 || input_ids.dtype() == DType::i32),
                 kWhere, " input_ids must be (B, L) integers, got ",
                 input_ids.defined() ? input_ids.describe() : "nothing");
   const int64_t B = input_ids.dim(0), L = input_ids.dim(1);
   const int64_t total = int64_t(language_model.layers.size());
-  TESSERA_CHECK(num_layers <= total, kWhere, " asked for ", num_layers,
-                " layers but the model has ", total);
-  const int64_t run = num_layers < 0 ? total : num_layers;
   Tensor mask;
   if (attention_mask.defined()) {
     TESSERA_CHECK(attention_mask.shape() == Shape({B, L}), kWhere, " attention_mask must be (", B,
@@ -278,11 +314,10 @@ Tensor Mistral3TextModel::prompt_embeds(const Tensor& input_ids, const Tensor& a
                   "] does not exist: the model has ", total, " layers (0..", total, ")");
     last = std::max(last, k);
   }
+  // hidden_states[total] is after the final norm only when every layer runs, as forward gives.
   const Mistral3TextOutput o = forward(input_ids, attention_mask, last);
-  // hidden_states[total] is after the final norm only when every layer runs.
-  const Mistral3TextOutput& full = o;
   std::vector<Tensor> parts;
-  for (int64_t k : layers) parts.push_back(full.hidden_states[size_t(k)]);
+  for (int64_t k : layers) parts.push_back(o.hidden_states[size_t(k)]);
   // stack(parts, 1).permute(0, 2, 1, 3).reshape(B, L, n * D) is the per-token concatenation.
   return concat(parts, 2);
 }

@@ -117,12 +117,17 @@ class Mistral3TextModel : public Module {
   // The rotary tables of positions 0..L-1 (f32 (L, head_dim)), as transformers computes them.
   std::pair<Tensor, Tensor> rotary_tables(int64_t length) const;
 
+  // The names forward's `capture` fills when `run` layers run, in a fixed order.
+  std::vector<std::string> capture_names(int64_t run) const;
+
   const Mistral3TextConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
 
   MistralModel language_model;  // "model.language_model"
 
  private:
+  Mistral3TextOutput forward_eager(const Tensor& input_ids, const Tensor& attention_mask,
+                                   int64_t run, std::map<std::string, Tensor>* capture) const;
   Mistral3TextConfig config_;
   DType dtype_ = DType::f32;
 };
