@@ -85,6 +85,9 @@ const EnvSpec kTable[] = {
      "XLA devices run an op without a StableHLO lowering on the CPU through host copies (0: "
      "such an op is an error naming it)",
      "decision 0032"},
+    {EnvVar::xla_graphs, "TESSERA_XLA_GRAPHS", K::flag, "1", 0, "",
+     "XLA devices run a deferred segment or compiled program as one executable (0: op by op)",
+     "decision 0033"},
     {EnvVar::xla_setup, "TESSERA_XLA", K::flag, "1", 0, "",
      "scripts/setup.sh: install the XLA CPU plugin (0: skip it; the XLA backend is not built)",
      "decision 0030", "scripts/setup_xla.sh"},

@@ -42,6 +42,7 @@ enum class EnvVar {
   pjrt_cuda_plugin,
   libtpu_path,
   xla_fallback,
+  xla_graphs,
   xla_setup,
   libtpu_setup,
   xla_dir,
