@@ -72,6 +72,9 @@ const EnvSpec kTable[] = {
     {EnvVar::conformance_known_bugs, "TESSERA_CONFORMANCE_KNOWN_BUGS", K::flag, "0", 0, "",
      "conformance: run the modes skipped for a known bug (set at all: on)", "decision 0020",
      "tests"},
+    {EnvVar::pipeline_device, "TESSERA_PIPELINE_DEVICE", K::string, "cpu", 0, "",
+     "the FLUX.1 pipeline goldens run on this device (tests/xla.cmake: xla:cpu)", "decision 0030",
+     "tests"},
     {EnvVar::pjrt_plugin, "TESSERA_PJRT_PLUGIN", K::string, "", 0, "",
      "the XLA CPU PJRT plugin (.so) behind xla:cpu; none: no xla:cpu device (default: the "
      "wheel scripts/setup_xla.sh installs)",

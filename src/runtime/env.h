@@ -37,6 +37,7 @@ enum class EnvVar {
   conformance_all,
   conformance_verbose,
   conformance_known_bugs,
+  pipeline_device,
   // The XLA backend (src/backends/xla) and its setup script.
   pjrt_plugin,
   pjrt_cuda_plugin,
