@@ -4,7 +4,7 @@
 // weights written by bench/run_flux_vs_torch.py). Side by side with diffusers:
 // bench/run_flux_vs_torch.py. Alone: build/bench/flux_bench [--model DIR] [--dtype f32|bf16]
 // [--sizes 64,128,256] [--txt 64] [--modes eager,defer,compile,regional] [--iters N]
-// [--warmup N] [--vae DIR (AutoencoderKL.decode at --sizes instead)] [--interleave ROUNDS]
+// [--warmup N] [--vae DIR (AutoencoderKL.decode at --sizes instead)] [--interleave ROUNDS] [--device D (with --interleave)]
 // plus Google Benchmark's flags (--benchmark_format=json). --interleave runs the modes in turns
 // of a few steps, round after round, and prints Google Benchmark-shaped JSON itself.
 // Inputs are torch.randn(seed 0) draws of the forward() arguments (tessera's generator is
@@ -26,6 +26,7 @@
 #include "flux_bench_inputs.h"
 #include "models/flux_transformer.h"
 #include "ops/copy.h"
+#include "runtime/backend.h"
 #include "runtime/modes.h"
 #include "runtime/parallel.h"
 #include "runtime/primitive.h"
@@ -44,7 +45,16 @@ struct Options {
   int64_t warmup = 2;
   std::string vae;         // --vae DIR: time AutoencoderKL.decode instead of the transformer
   int64_t interleave = 0;  // rounds of turns of a few steps per mode (0: one mode after another)
+  std::string device = "cpu";  // --device: weights and inputs there (e.g. xla:cpu), --interleave
 };
+
+// The inputs on `d` (a model moved with Module::to reads them there).
+FluxTransformerInputs inputs_on(FluxTransformerInputs in, const Device& d) {
+  for (Tensor* t : {&in.hidden_states, &in.encoder_hidden_states, &in.pooled_projections,
+                    &in.timestep, &in.img_ids, &in.txt_ids, &in.guidance})
+    if (t->defined()) *t = t->to(d);
+  return in;
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -87,7 +97,7 @@ void set_mode(FluxTransformer2DModel& model, const std::string& m) {
 
 void run_step(const FluxTransformer2DModel& model, const FluxTransformerInputs& in) {
   const Tensor y = model.forward(in);
-  synchronize();
+  synchronize_all_devices();
   benchmark::DoNotOptimize(y.raw_data());
 }
 
@@ -181,11 +191,13 @@ void run_interleaved(const Options& o) {
         continue;
       }
       models.push_back(FluxTransformer2DModel::from_pretrained(o.model, o.dtype));
+      models.back()->to(Device::parse(o.device));
       of_mode.push_back(models.back().get());
       if (m == "eager" || m == "defer") shared_eager = models.back().get();
     }
-    const FluxTransformerInputs in =
-        bench::random_flux_inputs(models[0]->config, size, size, o.txt, models[0]->dtype());
+    const FluxTransformerInputs in = inputs_on(
+        bench::random_flux_inputs(models[0]->config, size, size, o.txt, models[0]->dtype()),
+        Device::parse(o.device));
     const size_t nm = o.modes.size();
     std::vector<ModeStats> stats(nm);
     std::vector<std::vector<double>> cpu(nm), wall(nm);
@@ -201,9 +213,11 @@ void run_interleaved(const Options& o) {
       cpu[k].push_back(t.cpu * 1e3);
       wall[k].push_back(t.wall * 1e3);
     };
+    CompileOptions copt;
+    copt.backend = backend_for(Device::parse(o.device)).name();
     for (size_t k = 0; k < nm; ++k) {
-      if (o.modes[k] == "compile") of_mode[k]->compile();
-      if (o.modes[k] == "regional") of_mode[k]->compile_repeated_blocks();
+      if (o.modes[k] == "compile") of_mode[k]->compile(copt);
+      if (o.modes[k] == "regional") of_mode[k]->compile_repeated_blocks(copt);
       for (int64_t i = 0; i < std::max<int64_t>(o.warmup, 1); ++i) step(k, false);
     }
     // A turn is kTurn steps of one mode; the first re-warms the caches the other modes used
@@ -273,13 +287,15 @@ int main_impl(int argc, char** argv) {
       o.warmup = std::stoll(value());
     } else if (a == "--vae") {
       o.vae = value();
+    } else if (a == "--device") {
+      o.device = value();
     } else if (a == "--interleave") {
       o.interleave = std::stoll(value());
       if (o.interleave <= 0) throw std::runtime_error("[flux_bench] --interleave needs rounds > 0");
     } else {
       throw std::runtime_error("[flux_bench] unknown argument '" + a +
                                "'; expected --model, --dtype, --sizes, --txt, --modes, --iters, "
-                               "--warmup, --vae, --interleave or Google Benchmark flags");
+                               "--warmup, --vae, --interleave, --device or Google Benchmark flags");
     }
   }
   for (int64_t s : o.sizes)

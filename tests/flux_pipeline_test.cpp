@@ -2,6 +2,8 @@
 // initial noise, prompt embeddings, latents after every step, and the decoded image.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -40,7 +42,10 @@ TEST_P(FluxPipelineGolden, MatchesDiffusers) {
   const auto golden = test::load_fixture(dir + "tensors.safetensors");
   const DType dtype = dtype_from_name(c.dtype);
 
-  auto pipe = FluxPipeline::from_pretrained(test::fixture_path(c.model), {.dtype = dtype});
+  // TESSERA_PIPELINE_DEVICE (tests/xla.cmake: xla:cpu) runs the same goldens on another device.
+  const char* dev = std::getenv("TESSERA_PIPELINE_DEVICE");
+  auto pipe = FluxPipeline::from_pretrained(
+      test::fixture_path(c.model), {.dtype = dtype, .device = Device::parse(dev ? dev : "cpu")});
   FluxCallOptions call;
   call.prompt = {m["prompt"].get<std::string>()};
   if (m["prompt_2"].is_string()) call.prompt_2 = std::vector<std::string>{m["prompt_2"]};

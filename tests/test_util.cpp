@@ -131,7 +131,8 @@ std::string diff_summary(const Tensor& a, const Tensor& e) {
   if (actual.dtype() != expected.dtype())
     return ::testing::AssertionFailure() << "dtype " << dtype_name(actual.dtype())
                                          << " != expected " << dtype_name(expected.dtype());
-  const Tensor a = contiguous(actual), e = contiguous(expected);
+  // Host copies: another device's memory is not readable here.
+  const Tensor a = contiguous(actual).to(Device::cpu()), e = contiguous(expected).to(Device::cpu());
   const size_t es = dtype_size(a.dtype());
   const char* pa = static_cast<const char*>(a.raw_data());
   const char* pe = static_cast<const char*>(e.raw_data());

@@ -12,4 +12,11 @@ if(PJRT_C_API_INCLUDE_DIR)
   add_test(NAME xla_conformance
            COMMAND tessera_tests --gtest_filter=conformance/BackendConformance.*:Xla.EveryConformanceFamilyIsLowered)
   set_tests_properties(xla_conformance PROPERTIES TIMEOUT 600)
+  # FLUX.1 pipeline goldens with every model and input on xla:cpu (pipe.to(device)): one case
+  # per checkpoint in f32 and bf16 here (each new image size compiles its ops); all twelve pass
+  # with --gtest_filter=*FluxPipelineGolden* and TESSERA_PIPELINE_DEVICE=xla:cpu.
+  add_test(NAME xla_flux_pipeline
+           COMMAND tessera_tests --gtest_filter=*FluxPipelineGolden*tiny_cat_*)
+  set_tests_properties(xla_flux_pipeline PROPERTIES ENVIRONMENT TESSERA_PIPELINE_DEVICE=xla:cpu
+                       TIMEOUT 600)
 endif()

@@ -19,6 +19,7 @@
 #include "ops/reduce.h"
 #include "ops/softmax.h"
 #include "runtime/backend.h"
+#include "runtime/modes.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -205,6 +206,22 @@ TEST_F(Xla, FluxTransformerMatchesDiffusers) {
                                           get("img_ids"), get("txt_ids"), get("guidance")});
     EXPECT_EQ(sample.device(), kXla);
     test::expect_all_match(g.outputs, {{"sample", sample.to(Device::cpu())}}, dt, "output");
+    EXPECT_TRUE(xla_stats().fallbacks.empty());
+    const FluxTransformerInputs in{get("hidden_states"), get("encoder_hidden_states"),
+                                   get("pooled_projections"), get("timestep"),
+                                   get("img_ids"), get("txt_ids"), get("guidance")};
+    // Deferred: segments as executables; compiled: the whole forward as one executable.
+    set_eager_mode(EagerMode::DeferAndFuse);
+    const Tensor deferred = model->forward(in);
+    synchronize(kXla);
+    set_eager_mode(EagerMode::DeferNever);
+    test::expect_all_match(g.outputs, {{"sample", deferred.to(Device::cpu())}}, dt, "deferred");
+    CompileOptions copt;
+    copt.backend = "xla";
+    model->compile(copt);
+    const Tensor compiled = model->forward(in);
+    test::expect_all_match(g.outputs, {{"sample", compiled.to(Device::cpu())}}, dt, "compiled");
+    EXPECT_GE(xla_stats().graph_compiles, 2);
     EXPECT_TRUE(xla_stats().fallbacks.empty());
   }
 }

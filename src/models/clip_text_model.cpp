@@ -199,7 +199,7 @@ CLIPTextOutput CLIPTextTransformer::forward(const Tensor& input_ids,
   }
   std::vector<int64_t> row_starts(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) row_starts[size_t(b)] = b * L;
-  const Tensor flat_index = eos_index + Tensor::from_ints(row_starts, {B});
+  const Tensor flat_index = eos_index + Tensor::from_ints(row_starts, {B}).to(eos_index.device());
   out.pooler_output =
       embedding(out.last_hidden_state.view({B * L, config.hidden_size}), flat_index);
   return out;

@@ -124,7 +124,9 @@ T5Attention::T5Attention(const T5Config& c, bool has_bias)
 Tensor T5Attention::compute_bias(int64_t query_length, int64_t key_length) const {
   const Tensor buckets =
       t5_relative_position_buckets(query_length, key_length, true, num_buckets, max_distance);
-  return embedding(relative_attention_bias, buckets).permute({2, 0, 1}).unsqueeze(0);
+  return embedding(relative_attention_bias, buckets.to(relative_attention_bias.device()))
+      .permute({2, 0, 1})
+      .unsqueeze(0);
 }
 
 Tensor T5Attention::forward(const Tensor& x, const Tensor& position_bias) const {
@@ -264,7 +266,8 @@ T5EncoderOutput T5EncoderModel::forward_eager(const Tensor& input_ids,
     const float lowest =
         dt == DType::bf16 ? bf16_to_f32(0xff7f) : std::numeric_limits<float>::lowest();
     attention_bias =
-        where(m.view({B, 1, 1, L}), position_bias, Tensor::from_floats({lowest}, {1}, dt));
+        where(m.view({B, 1, 1, L}), position_bias,
+              Tensor::from_floats({lowest}, {1}, dt).to(position_bias.device()));
   }
 
   for (size_t i = 0; i < block.size(); ++i) {

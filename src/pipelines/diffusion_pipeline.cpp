@@ -55,6 +55,12 @@ void DiffusionPipeline::adopt(Module& model, const std::string& name) {
 void DiffusionPipeline::finish_loading(const PipelineLoadOptions& opt) {
   if (opt.offload == OffloadMode::model) enable_model_cpu_offload(opt.offload_device);
   if (opt.offload == OffloadMode::sequential) enable_sequential_cpu_offload(opt.offload_device);
+  // Without offload, every model lives on the pipeline's device (pipe.to(device)).
+  TESSERA_CHECK(opt.offload == OffloadMode::none || device_ == Device::cpu() ||
+                    device_.type == DeviceType::cuda,
+                "[", class_name_, "] offload onto ", device_.str(), " is not supported yet");
+  if (opt.offload == OffloadMode::none && device_ != Device::cpu())
+    for (auto& m : models_) m.model->to(device_);
   load_memory_ = loading_->meter.finish();
   loading_.reset();
 }

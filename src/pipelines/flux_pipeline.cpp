@@ -109,15 +109,17 @@ FluxPipeline::PromptEmbeds FluxPipeline::encode_prompt(const std::vector<std::st
   Tensor pooled, t5;
   {
     const OffloadScope scope = offload_scope(*text_encoder);
-    pooled = text_encoder->forward(tokenizers::to_tensors(clip_ids).first).pooler_output;
+    pooled = text_encoder->forward(tokenizers::to_tensors(clip_ids).first.to(device_))
+                 .pooler_output;
   }
   {
     const OffloadScope scope = offload_scope(*text_encoder_2);
-    t5 = text_encoder_2->forward(tokenizers::to_tensors(t5_ids).first).last_hidden_state;
+    t5 = text_encoder_2->forward(tokenizers::to_tensors(t5_ids).first.to(device_))
+             .last_hidden_state;
   }
   e.pooled_prompt_embeds = repeat_rows(astype(pooled, dtype_), n);
   e.prompt_embeds = repeat_rows(astype(t5, dtype_), n);
-  e.text_ids = Tensor::zeros({e.prompt_embeds.dim(1), 3}, dtype_);
+  e.text_ids = Tensor::zeros({e.prompt_embeds.dim(1), 3}, dtype_).to(device_);
   return e;
 }
 
@@ -179,14 +181,14 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
       const Shape expected{batch, (lh / 2) * (lw / 2), channels * 4};
       TESSERA_CHECK(o.latents.shape() == expected, "[FluxPipeline] latents have shape ",
                     shape_str(o.latents.shape()), "; expected ", shape_str(expected));
-      latents = astype(o.latents, dtype_);
+      latents = astype(o.latents.to(device_), dtype_);
     } else {
       out.seed = o.seed ? *o.seed : std::random_device{}();
       Generator gen(out.seed);
-      latents = pack_latents(randn({batch, channels, lh, lw}, dtype_, gen));
+      latents = pack_latents(randn({batch, channels, lh, lw}, dtype_, gen).to(device_));
     }
     out.initial_latents = latents;
-    const Tensor img_ids = latent_image_ids(lh / 2, lw / 2, dtype_);
+    const Tensor img_ids = latent_image_ids(lh / 2, lw / 2, dtype_).to(device_);
 
     std::vector<double> sigmas = o.sigmas ? *o.sigmas : np_linspace(1.0, 1.0 / steps, steps);
     const auto& sc = scheduler->config();
@@ -195,13 +197,13 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
     scheduler->set_timesteps(steps, sigmas, mu);
     Tensor guidance;
     if (transformer->config.guidance_embeds)
-      guidance = full({batch}, float(guidance_scale), DType::f32);
+      guidance = full({batch}, float(guidance_scale), DType::f32).to(device_);
 
     denoising_loop(steps, out, o.on_step_end, [&](int i) {
       const float t = scheduler->timesteps()[size_t(i)];
       FluxTransformerInputs in;
       in.hidden_states = latents;
-      in.timestep = div(full({batch}, t, dtype_), 1000.0);  // t.to(latents.dtype) / 1000
+      in.timestep = div(full({batch}, t, dtype_).to(device_), 1000.0);  // t.to(dtype) / 1000
       in.guidance = guidance;
       in.pooled_projections = e.pooled_prompt_embeds;
       in.encoder_hidden_states = e.prompt_embeds;
@@ -219,7 +221,7 @@ PipelineOutput FluxPipeline::operator()(const FluxCallOptions& o) {
     z = add(div(z, scaling_factor_), shift_factor_);
     const OffloadScope scope = offload_scope(*vae);
     const Tensor decoded = vae->decode(z);
-    out.image = postprocess_image(decoded);
+    out.image = postprocess_image(decoded.to(Device::cpu()));
     out.images = to_uint8_images(out.image);
   });
   return out;

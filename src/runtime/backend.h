@@ -11,6 +11,25 @@
 
 namespace tessera {
 
+// A whole plan (a deferred segment, a compiled program) as one kernel, for backends that compile
+// graphs (XLA: one executable per segment or program instead of one per op).
+struct GraphStep {
+  Primitive* prim = nullptr;
+  std::vector<Tensor> ins, outs;  // the recorded views; an input's storage is set for constants
+  std::vector<int64_t> in_value;  // per input: the flat value it reads, or -1
+  std::vector<int64_t> in_ext;    // per input: the external input it reads, or -1 (constant)
+  std::vector<int64_t> out_value;  // per output: its flat value
+};
+class GraphKernel {
+ public:
+  virtual ~GraphKernel() = default;
+  // ext: the external inputs' storages; ext_offset (or null: 0) adds to their recorded view
+  // offsets. Sets values[v] for every value the plan does not release.
+  virtual void run(const std::vector<std::shared_ptr<Storage>>& ext,
+                   const std::vector<int64_t>* ext_offset,
+                   std::vector<std::shared_ptr<Storage>>& values) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,6 +63,12 @@ class Backend {
                                                   const std::vector<Tensor>& outs) = 0;
   // dst = src on one device: dst contiguous, same shape and dtype; src any view (run now).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // The whole plan as one kernel, or null: the executor runs it step by step. live_out[v]: value
+  // v outlives the plan (its storage is handed out after the run).
+  virtual std::unique_ptr<GraphKernel> prepare_graph(const std::vector<GraphStep>& /*steps*/,
+                                                     const std::vector<char>& /*live_out*/) {
+    return nullptr;
+  }
 };
 
 // Called once per backend by register_builtin_backends(); the registry owns it.

@@ -72,6 +72,9 @@ const EnvSpec kTable[] = {
     {EnvVar::conformance_known_bugs, "TESSERA_CONFORMANCE_KNOWN_BUGS", K::flag, "0", 0, "",
      "conformance: run the modes skipped for a known bug (set at all: on)", "decision 0020",
      "tests"},
+    {EnvVar::pipeline_device, "TESSERA_PIPELINE_DEVICE", K::string, "cpu", 0, "",
+     "the FLUX.1 pipeline goldens run on this device (tests/xla.cmake: xla:cpu)", "decision 0030",
+     "tests"},
     {EnvVar::pjrt_plugin, "TESSERA_PJRT_PLUGIN", K::string, "", 0, "",
      "the XLA CPU PJRT plugin (.so) behind xla:cpu; none: no xla:cpu device (default: the "
      "wheel scripts/setup_xla.sh installs)",
@@ -85,6 +88,9 @@ const EnvSpec kTable[] = {
      "XLA devices run an op without a StableHLO lowering on the CPU through host copies (0: "
      "such an op is an error naming it)",
      "decision 0032"},
+    {EnvVar::xla_graphs, "TESSERA_XLA_GRAPHS", K::flag, "1", 0, "",
+     "XLA devices run a deferred segment or compiled program as one executable (0: op by op)",
+     "decision 0033"},
     {EnvVar::xla_setup, "TESSERA_XLA", K::flag, "1", 0, "",
      "scripts/setup.sh: install the XLA CPU plugin (0: skip it; the XLA backend is not built)",
      "decision 0030", "scripts/setup_xla.sh"},

@@ -37,11 +37,13 @@ enum class EnvVar {
   conformance_all,
   conformance_verbose,
   conformance_known_bugs,
+  pipeline_device,
   // The XLA backend (src/backends/xla) and its setup script.
   pjrt_plugin,
   pjrt_cuda_plugin,
   libtpu_path,
   xla_fallback,
+  xla_graphs,
   xla_setup,
   libtpu_setup,
   xla_dir,

@@ -86,6 +86,31 @@ void Executable::build(const std::vector<Node>& nodes, const Plan& plan,
     for (const auto& [i, o] : st.release) p.release.push_back(value_base_[i] + o);
     steps_.push_back(std::move(p));
   }
+  prepare_graph();
+}
+
+// One backend for every step, and it compiles graphs: the plan becomes one kernel.
+void Executable::prepare_graph() {
+  Backend* backend = nullptr;
+  std::vector<GraphStep> g;
+  std::vector<char> live(size_t(num_values()), 1);
+  for (const Step& p : steps_) {
+    for (int64_t v : p.release) live[size_t(v)] = 0;
+    if (!p.backend) continue;
+    if (backend && backend != p.backend) return;
+    backend = p.backend;
+    GraphStep s;
+    s.prim = p.prim.get();
+    s.ins = p.ins;
+    s.outs = p.outs;
+    for (const Arg& a : p.args) {
+      s.in_value.push_back(a.value);
+      s.in_ext.push_back(a.ext);
+    }
+    s.out_value = p.out_values;
+    g.push_back(std::move(s));
+  }
+  if (backend && !g.empty()) graph_ = backend->prepare_graph(g, live);
 }
 
 void Executable::unbind() {
@@ -101,6 +126,10 @@ void Executable::unbind() {
 void Executable::run(const ExecBinding& b) {
   values_.assign(size_t(num_values()), nullptr);
   ExecutionScope scope;
+  if (graph_) {
+    graph_->run(*b.ext, b.ext_offset, values_);
+    return;
+  }
   try {
     for (auto& p : steps_) {
       if (p.backend) {

@@ -57,6 +57,8 @@ class Executable {
     std::unique_ptr<PreparedKernel> kernel;
   };
   void unbind();
+  void prepare_graph();
+  std::unique_ptr<GraphKernel> graph_;  // the whole plan as one kernel (backend.h), if any
   std::vector<Step> steps_;
   std::vector<int64_t> value_base_;
   int64_t n_ext_ = 0;

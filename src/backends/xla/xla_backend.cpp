@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -177,6 +178,28 @@ class XlaBackend final : public Backend {
     std::vector<Tensor> out{dst};
     run(c, {src}, out);
   }
+  std::unique_ptr<GraphKernel> prepare_graph(const std::vector<GraphStep>& steps,
+                                             const std::vector<char>& live_out) override;
+
+  // An input view as a value of its logical shape: the storage's bytes sliced, bitcast to the
+  // dtype and cut to the view with slices, reshapes and a transpose (no gather).
+  static bool view_value(Hlo& h, const Tensor& t, const Val& bytes, Val& out);
+  // A value as the bytes of its contiguous layout (u8[numel * size]).
+  static Val to_bytes(Hlo& h, const Val& r, DType dt);
+  PjrtClient& client_of(const Device& d) { return client(d); }
+  // Compiles `text` once per client: an op, a segment and a program with the same module (a
+  // one-op segment) share one executable.
+  std::shared_ptr<PjrtExecutable> compile(PjrtClient& c, const std::string& text) {
+    auto& slot = modules_[&c][text];
+    if (slot) {
+      std::lock_guard<std::mutex> lock(g_stats_mu);
+      g_stats.module_hits++;
+      return slot;
+    }
+    slot = c.compile(text);
+    return slot;
+  }
+  void track_event(PjrtClient& c, PJRT_Event* e) { track(c, e); }
 
  private:
   Device device_of(const Platform& p, int i) const {
@@ -226,9 +249,6 @@ class XlaBackend final : public Backend {
   }
   PjrtClient& client(const Device& d) { return *platform(d).client; }
 
-  // An input view as a value of its logical shape: the storage's bytes sliced, bitcast to the
-  // dtype and cut to the view with slices, reshapes and a transpose (no gather).
-  bool view_value(Hlo& h, const Tensor& t, const Val& bytes, Val& out);
   void fallback(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs);
   void track(PjrtClient& c, PJRT_Event* e) {
     if (!e) return;
@@ -250,6 +270,7 @@ class XlaBackend final : public Backend {
   mutable std::vector<Platform> platforms_;
   std::vector<PJRT_Event*> pending_;
   std::unordered_map<std::string, Entry> cache_;
+  std::map<PjrtClient*, std::unordered_map<std::string, std::shared_ptr<PjrtExecutable>>> modules_;
 };
 
 void XlaAllocator::deallocate(void* p, size_t bytes) {
@@ -339,6 +360,195 @@ bool XlaBackend::view_value(Hlo& h, const Tensor& t, const Val& bytes, Val& out)
   return true;
 }
 
+Val XlaBackend::to_bytes(Hlo& h, const Val& v, DType dt) {
+  const int64_t n = shape_numel(v.shape), es = int64_t(dtype_size(dt));
+  Val r = h.reshape(v, {n});
+  if (dt == DType::boolean)
+    return h.convert(xla::convert_dtype(h, r, DType::boolean, DType::i32), "ui8");
+  if (es == 1) return h.bitcast(r, {n}, "ui8");
+  return h.reshape(h.bitcast(r, {n, es}, "ui8"), {n * es});
+}
+
+// A deferred segment or compiled program as one executable (decision 0033): every step's
+// lowering in one module, values as SSA values, external inputs and constants as parameters,
+// the values that outlive the plan as results. Compiled per external signature (storage sizes
+// and view offsets), so replays with the same weights reuse it.
+class XlaGraph final : public GraphKernel {
+ public:
+  XlaGraph(XlaBackend& be, std::vector<GraphStep> steps, std::vector<char> live)
+      : be_(be), steps_(std::move(steps)), live_(std::move(live)) {}
+
+  // Whether every step lowers (checked once with the recorded views).
+  bool lowerable() {
+    return build(nullptr, nullptr, nullptr) != nullptr;
+  }
+
+  void run(const std::vector<std::shared_ptr<Storage>>& ext, const std::vector<int64_t>* ext_off,
+           std::vector<std::shared_ptr<Storage>>& values) override {
+    std::string key;
+    for (const auto& s : ext) key += std::to_string(s ? s->nbytes() : 0) + ',';
+    if (ext_off)
+      for (int64_t o : *ext_off) key += std::to_string(o) + ';';
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      auto c = build(&ext, ext_off, &key);
+      TESSERA_CHECK(c, "[xla] a segment stopped lowering");
+      it = cache_.emplace(key, std::move(*c)).first;
+    } else {
+      std::lock_guard<std::mutex> lock(g_stats_mu);
+      g_stats.graph_hits++;
+    }
+    Compiled& c = it->second;
+    const Device dev = c.device;
+    PjrtClient& cl = be_.client_of(dev);
+    std::vector<PJRT_Buffer*> args;
+    for (const Param& p : c.params) {
+      const Storage& s = p.ext >= 0 ? *ext[size_t(p.ext)]
+                                    : *steps_[size_t(p.step)].ins[size_t(p.input)].storage();
+      Block& b = block_of(s);
+      if (!b.buf) {
+        std::vector<char> zeros(b.nbytes, 0);
+        b.buf = cl.upload_bytes(zeros.data(), zeros.size(), b.device);
+      }
+      args.push_back(b.buf);
+    }
+    PJRT_Event* done = nullptr;
+    std::vector<PJRT_Buffer*> res = cl.execute(*c.exe, args, c.out_values.size(), &done);
+    be_.track_event(cl, done);
+    for (size_t q = 0; q < res.size(); ++q) {
+      auto st = Storage::allocate(c.out_bytes[q], dev);
+      block_of(*st).buf = res[q];
+      values[size_t(c.out_values[q])] = std::move(st);
+    }
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.graph_runs++;
+  }
+
+ private:
+  struct Param {
+    int64_t ext = -1;  // an external input, or
+    int64_t step = -1, input = -1;  // a constant of a step
+  };
+  struct Compiled {
+    std::shared_ptr<PjrtExecutable> exe;
+    std::vector<Param> params;
+    std::vector<int64_t> out_values;
+    std::vector<size_t> out_bytes;
+    Device device;
+  };
+
+  // The module for these external storages (null: only check that every step lowers).
+  std::unique_ptr<Compiled> build(const std::vector<std::shared_ptr<Storage>>* ext,
+                                  const std::vector<int64_t>* ext_off, const std::string* key) {
+    auto c = std::make_unique<Compiled>();
+    Hlo h;
+    std::map<int64_t, Val> ext_bytes;
+    std::map<int64_t, Val> vals;  // value -> its typed value
+    std::map<int64_t, DType> vdt;
+    for (size_t si = 0; si < steps_.size(); ++si) {
+      const GraphStep& s = steps_[si];
+      std::vector<Val> in;
+      std::vector<DType> dts;
+      for (size_t j = 0; j < s.ins.size(); ++j) {
+        Tensor view = s.ins[j];
+        Val v;
+        if (s.in_value[j] >= 0) {
+          const int64_t val = s.in_value[j];
+          auto it = vals.find(val);
+          if (it == vals.end()) return nullptr;
+          const Val& src = it->second;
+          const bool whole = view.offset() == 0 && view.is_contiguous() &&
+                             view.numel() == shape_numel(src.shape) && view.dtype() == vdt[val];
+          if (whole) {
+            v = h.reshape(src, view.shape());
+          } else if (!XlaBackend::view_value(h, view, XlaBackend::to_bytes(h, src, vdt[val]), v)) {
+            return nullptr;
+          }
+        } else {
+          Val bytes;
+          if (s.in_ext[j] >= 0) {
+            const int64_t e = s.in_ext[j];
+            auto impl = std::make_shared<TensorImpl>(*view.impl());
+            if (ext_off) impl->offset += (*ext_off)[size_t(e)];
+            view = Tensor(impl);
+            auto it = ext_bytes.find(e);
+            if (it == ext_bytes.end()) {
+              const int64_t n = ext ? int64_t((*ext)[size_t(e)]->nbytes())
+                                    : (view.offset() + 1) * int64_t(dtype_size(view.dtype())) +
+                                          extent_bytes(view);
+              it = ext_bytes.emplace(e, h.param({n}, "ui8")).first;
+              c->params.push_back({e, -1, -1});
+            }
+            bytes = it->second;
+          } else {
+            if (!view.impl()->storage) return nullptr;
+            bytes = h.param({int64_t(view.impl()->storage->nbytes())}, "ui8");
+            c->params.push_back({-1, int64_t(si), int64_t(j)});
+          }
+          if (!XlaBackend::view_value(h, view, bytes, v)) return nullptr;
+        }
+        in.push_back(v);
+        dts.push_back(view.dtype());
+      }
+      std::vector<TensorSpec> specs;
+      for (const Tensor& o : s.outs) specs.push_back({o.shape(), o.dtype()});
+      std::vector<Val> res;
+      if (!xla::lower(h, *s.prim, in, dts, specs, res)) return nullptr;
+      for (size_t q = 0; q < res.size(); ++q) {
+        vals[s.out_value[q]] = res[q];
+        vdt[s.out_value[q]] = specs[q].dtype;
+      }
+      c->device = s.outs.empty() ? c->device : s.outs[0].device();
+    }
+    if (!ext) return c;  // only checking
+    std::vector<Val> rets;
+    for (const auto& [v, val] : vals) {
+      if (!live_[size_t(v)]) continue;
+      rets.push_back(XlaBackend::to_bytes(h, val, vdt[v]));
+      c->out_values.push_back(v);
+      c->out_bytes.push_back(size_t(shape_numel(val.shape)) * dtype_size(vdt[v]));
+    }
+    const std::string text = h.module(rets);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      c->exe = be_.compile(be_.client_of(c->device), text);
+    } catch (const std::exception& ex) {
+      std::lock_guard<std::mutex> lock(g_stats_mu);
+      g_last_module = text;
+      throw;
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.graph_compiles++;
+    g_stats.compile_seconds += secs;
+    (void)key;
+    return c;
+  }
+
+  static int64_t extent_bytes(const Tensor& t) {
+    int64_t e = 1;
+    for (size_t i = 0; i < t.shape().size(); ++i) e += (t.shape()[i] - 1) * t.strides()[i];
+    return e * int64_t(dtype_size(t.dtype()));
+  }
+
+  XlaBackend& be_;
+  std::vector<GraphStep> steps_;
+  std::vector<char> live_;
+  std::unordered_map<std::string, Compiled> cache_;
+};
+
+std::unique_ptr<GraphKernel> XlaBackend::prepare_graph(const std::vector<GraphStep>& steps,
+                                                       const std::vector<char>& live_out) {
+  if (!env::flag(EnvVar::xla_graphs)) return nullptr;
+  for (const GraphStep& s : steps)
+    for (const Tensor& t : s.ins)
+      if (t.numel() == 0) return nullptr;
+  auto g = std::make_unique<XlaGraph>(*this, steps, live_out);
+  if (!g->lowerable()) return nullptr;  // some op falls back: run the plan op by op
+  return g;
+}
+
 void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
   const Device& d = outs.empty() ? ins.at(0).device() : outs[0].device();
   PjrtClient& c = client(d);
@@ -381,12 +591,7 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
       for (size_t q = 0; q < outs.size(); ++q) {
         const Tensor& o = outs[q];
         const int64_t n = o.numel(), es = int64_t(dtype_size(o.dtype()));
-        Val r = h.reshape(results[q], {n});
-        Val b;
-        if (o.dtype() == DType::boolean)
-          b = xla::convert_dtype(h, r, DType::boolean, DType::i32), b = h.convert(b, "ui8");
-        else if (es == 1) b = h.bitcast(r, {n}, "ui8");
-        else b = h.reshape(h.bitcast(r, {n, es}, "ui8"), {n * es});
+        Val b = to_bytes(h, results[q], o.dtype());
         const int64_t sb = int64_t(o.storage()->nbytes());
         if (o.offset() != 0 || n * es != sb) {  // a part of its storage: update the old bytes
           Val old = h.param({sb}, "ui8");
@@ -399,7 +604,7 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
       const std::string text = h.module(rets);
       const auto t0 = std::chrono::steady_clock::now();
       try {
-        e.exe = c.compile(text);
+        e.exe = compile(c, text);
       } catch (const std::exception& ex) {
         {
           std::lock_guard<std::mutex> lock(g_stats_mu);

@@ -526,10 +526,17 @@ bool lower_sdpa(Hlo& h, const ScaledDotProductAttention& p, const std::vector<Va
   // A row with every key masked has max -inf: its weights are 0 (the CPU kernel's output).
   Val dead = h.compare("EQ", mx, ninf);
   mx = h.select(dead, h.splat(0.0, ss, "f32"), mx);
-  Val e = h.unary("exponential", h.binary("subtract", sc, mx));
-  Val sum = h.broadcast_in_dim(h.reduce(e, {3}, "add", 0.0), ss, {0, 1, 2});
-  Val pr = h.select(dead, h.splat(0.0, ss, "f32"), h.binary("divide", e, sum));
-  Val out = h.dot_general(pr, v, {0, 1}, {0, 1}, {3}, {2}, {B, H, Lq, Dv});
+  Val e = h.select(dead, h.splat(0.0, ss, "f32"),
+                   h.unary("exponential", h.binary("subtract", sc, mx)));
+  // torch's CPU flash kernel (and the CPU backend): the unnormalised probabilities are rounded
+  // to the input dtype before P V; the f32 sum divides the accumulator once at the end.
+  Val sum = h.reduce(e, {3}, "add", 0.0);
+  Val pv = h.dot_general(round_through(h, e, dt[0]), v, {0, 1}, {0, 1}, {3}, {2}, {B, H, Lq, Dv});
+  const Shape os = {B, H, Lq, Dv};
+  Val inv = h.binary("divide", h.splat(1.0, {B, H, Lq}, "f32"), sum);
+  inv = h.select(h.compare("EQ", sum, h.splat(0.0, {B, H, Lq}, "f32")),
+                 h.splat(0.0, {B, H, Lq}, "f32"), inv);
+  Val out = h.binary("multiply", pv, h.broadcast_in_dim(inv, os, {0, 1, 2}));
   r = convert_dtype(h, out, DType::f32, o.dtype);
   return true;
 }
