@@ -10,9 +10,12 @@ weights (torch's default init, seed 0) are written once in bf16 to --workdir wit
 save_pretrained; both sides load that folder. Each side runs in its own process; warm-up steps
 first (torch.compile's compilation happens there), then --iters timed steps; best wall and best
 process-CPU milliseconds are reported. The GEMM ceiling is bench/gemm_bench's tessera linear at
-(4608, 3072, 3072), measured in the same run.
+(4608, 3072, 3072), measured in the same run. With --rounds N the sides take turns N times
+(tessera, torch eager, torch.compile, round after round), so a shared machine's load falls on
+each alike; the table then adds, per side, the median over rounds of (torch's CPU ms / this
+side's CPU ms) in the same round.
 Usage: ~/.cache/tessera-ref-venv/bin/python bench/run_sd3_vs_torch.py [--threads 2]
-       [--dtype bf16] [--iters 2] [--modes eager,defer,compile,regional]
+       [--dtype bf16] [--iters 2] [--modes eager,defer,compile,regional] [--rounds N]
 """
 import argparse
 import datetime
@@ -133,6 +136,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile side")
+    ap.add_argument("--rounds", type=int, default=1, help="sides take turns, N rounds")
     ap.add_argument("--workdir", type=pathlib.Path, default=pathlib.Path("/tmp/tessera-sd35-mini"))
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
@@ -149,9 +153,31 @@ def main() -> int:
           f"{diffusers.__version__}, {args.threads} threads, load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
     write_mini(args.workdir)
-    tes = run_tessera(args)
-    eager = run_torch(args, compiled=False)
-    compiled = None if args.no_compile else run_torch(args, compiled=True)
+    rounds = []  # per round: {side name: result}
+    for r in range(args.rounds):
+        tes_r = run_tessera(args)
+        res = {"torch eager": run_torch(args, compiled=False)}
+        if not args.no_compile:
+            res["torch.compile"] = run_torch(args, compiled=True)
+        res.update({f"tessera {m}": x for m, x in tes_r.items()})
+        rounds.append(res)
+        print(f"# round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}",
+              flush=True)
+
+    def best(side):  # the best step over all rounds
+        xs = [rd[side] for rd in rounds]
+        return dict(best_ms=min(x["best_ms"] for x in xs),
+                    best_cpu_ms=min(x["best_cpu_ms"] for x in xs),
+                    warmup_s=min(x["warmup_s"] for x in xs))
+
+    def paired(side, ref):  # median over rounds of ref CPU / side CPU
+        v = sorted(rd[ref]["best_cpu_ms"] / rd[side]["best_cpu_ms"] for rd in rounds)
+        return f"{v[len(v) // 2]:.2f}x"
+
+    tes = {m: best(f"tessera {m}") for m in args.modes.split(",")}
+    tes = {m: dict(x, GFLOP=rounds[0][f"tessera {m}"]["GFLOP"]) for m, x in tes.items()}
+    eager = best("torch eager")
+    compiled = None if args.no_compile else best("torch.compile")
     ceil = gemm_ceiling(args.threads, args.dtype)
     gf = next(iter(tes.values()))["GFLOP"]
     print(f"\n## sd35-mini {args.dtype}, {SIZE}x{SIZE}, {TXT} text tokens, batch {BATCH}: "
@@ -160,8 +186,11 @@ def main() -> int:
           f"average {os.getloadavg()[0]:.2f}")
     print("| side | best ms | best CPU ms | vs torch eager (wall) | vs torch eager (CPU) | "
           "vs torch.compile (wall) | vs torch.compile (CPU) | GFLOP/s wall | of ceiling | "
-          "GFLOP/s per CPU | of ceiling | warm-up s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "GFLOP/s per CPU | of ceiling | warm-up s |" +
+          (" paired vs torch eager (CPU) | paired vs torch.compile (CPU) |"
+           if args.rounds > 1 else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|" +
+          ("---|---|" if args.rounds > 1 else ""))
     rows = [("torch eager", eager)]
     if compiled:
         rows.append(("torch.compile", compiled))
@@ -176,7 +205,10 @@ def main() -> int:
               f"{ratio(tc.get('best_ms', 0), x['best_ms'])} | "
               f"{ratio(tc.get('best_cpu_ms', 0), x['best_cpu_ms'])} | {w:.0f} | "
               f"{w / ceil[0]:.0%} | {c:.0f} | {c / ceil[1]:.0%} | "
-              f"{x.get('warmup_s', x.get('warmup_s', 0)):.1f} |", flush=True)
+              f"{x.get('warmup_s', 0):.1f} |" +
+              (f" {paired(name, 'torch eager')} | "
+               f"{paired(name, 'torch.compile') if compiled else '-'} |"
+               if args.rounds > 1 else ""), flush=True)
     print(f"\n# finished {datetime.datetime.now(datetime.timezone.utc):%H:%M} UTC, load average "
           f"{os.getloadavg()[0]:.2f}")
     return 0
