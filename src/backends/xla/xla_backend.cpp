@@ -103,6 +103,19 @@ class XlaBackend final : public Backend {
     return out;
   }
 
+  std::string why_unavailable(const Device& d) const override {
+    auto* self = const_cast<XlaBackend*>(this);
+    const std::string name = type_ == DeviceType::tpu ? "tpu" : d.platform;
+    for (auto& p : platforms_)
+      if (p.name == name) {
+        Platform& pl = self->load(name, false);
+        if (!pl.client) return pl.error;
+        return "the " + name + " plugin has " + std::to_string(pl.client->num_devices()) +
+               " device(s)";
+      }
+    return "";
+  }
+
   Allocator& allocator(const Device& d) override {
     Platform& p = platform(d);
     return *p.allocators[size_t(d.index)];
@@ -219,11 +232,11 @@ class XlaBackend final : public Backend {
       pl->tried = true;
       const std::string path = xla::default_plugin_path(name);
       if (path.empty()) {
-        pl->error = "[xla] no PJRT plugin for " + name +
-                    " (scripts/setup_xla.sh installs the CPU plugin; or set " +
-                    (name == "cpu"    ? "TESSERA_PJRT_PLUGIN"
-                     : name == "cuda" ? "TESSERA_PJRT_CUDA_PLUGIN"
-                                      : "TESSERA_LIBTPU_PATH") +
+        pl->error = "[xla] no PJRT plugin for " + name + " (" +
+                    (name == "cpu"    ? "scripts/setup_xla.sh installs it, or set TESSERA_PJRT_PLUGIN"
+                     : name == "cuda" ? "set TESSERA_PJRT_CUDA_PLUGIN to jax-cuda13-pjrt's .so"
+                                      : "TESSERA_LIBTPU=1 scripts/setup_xla.sh installs libtpu, "
+                                        "or set TESSERA_LIBTPU_PATH") +
                     ")";
       } else {
         try {
