@@ -19,4 +19,10 @@ if(PJRT_C_API_INCLUDE_DIR)
            COMMAND tessera_tests --gtest_filter=*FluxPipelineGolden*tiny_cat_*)
   set_tests_properties(xla_flux_pipeline PROPERTIES ENVIRONMENT TESSERA_PIPELINE_DEVICE=xla:cpu
                        TIMEOUT 600)
+  # The CLI on xla:cpu, compiled mode (the transformer's program compiled for the xla backend).
+  add_test(NAME xla_cli_generate
+           COMMAND tessera generate --model ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/flux1-schnell-tiny
+                   --prompt "a cat" --height 64 --width 64 --steps 2 --seed 0 --device xla:cpu
+                   --mode compile -o ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate.png)
+  set_tests_properties(xla_cli_generate PROPERTIES TIMEOUT 300)
 endif()

@@ -9,10 +9,10 @@
 #include <cstdlib>
 
 #include "backends/xla/pjrt_client.h"
+#include "backends/xla/xla_backend.h"
 #include "component_goldens.h"
 #include "conformance_cases.h"
 #include "models/flux_transformer.h"
-#include "backends/xla/xla_backend.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -105,22 +105,22 @@ TEST_F(Xla, ViewsAsInputs) {
 
 TEST_F(Xla, ConversionsRoundAsTorch) {
   // Ties, subnormals, overflow and NaN for bf16, f16 and the f8 formats: bit for bit.
-  std::vector<float> v = {0.f, -0.f, 1.f, 1.00390625f, 1.01171875f, 3.14159265f, -2.5e-3f, 1e-40f,
-                          65519.f, 70000.f, 300.f, 449.f, 465.f, 1e6f, -1e6f, INFINITY,
-                          -INFINITY, NAN, 57344.f, 61440.f};
+  std::vector<float> v = {0.f,         -0.f,      1.f,    1.00390625f, 1.01171875f,
+                          3.14159265f, -2.5e-3f,  1e-40f, 65519.f,     70000.f,
+                          300.f,       449.f,     465.f,  1e6f,        -1e6f,
+                          INFINITY,    -INFINITY, NAN,    57344.f,     61440.f};
   const Tensor x = Tensor::from_floats(v, {int64_t(v.size())});
   const Tensor xx = x.to(kXla);
   for (DType dt : {DType::bf16, DType::f16, DType::f8e4m3, DType::f8e5m2, DType::boolean}) {
-    EXPECT_TRUE(test::bit_equal(astype(xx, dt).to(Device::cpu()), astype(x, dt)))
-        << dtype_name(dt);
+    EXPECT_TRUE(test::bit_equal(astype(xx, dt).to(Device::cpu()), astype(x, dt))) << dtype_name(dt);
     // And back to f32.
     EXPECT_TRUE(test::bit_equal(astype(astype(xx, dt), DType::f32).to(Device::cpu()),
                                 astype(astype(x, dt), DType::f32)))
         << dtype_name(dt);
   }
   const Tensor i = Tensor::from_ints({-3, 0, 7, 1 << 20}, {4});
-  EXPECT_TRUE(test::bit_equal(astype(i.to(kXla), DType::f32).to(Device::cpu()),
-                              astype(i, DType::f32)));
+  EXPECT_TRUE(
+      test::bit_equal(astype(i.to(kXla), DType::f32).to(Device::cpu()), astype(i, DType::f32)));
   EXPECT_TRUE(test::bit_equal(add(i.to(kXla), i.to(kXla)).to(Device::cpu()), add(i, i)));
 }
 
@@ -131,14 +131,13 @@ TEST_F(Xla, MatmulLinearSoftmaxReduce) {
   EXPECT_TRUE(test::all_close(matmul(xa, b.to(kXla)).to(Device::cpu()), matmul(a, b), 1e-5, 1e-5));
   EXPECT_TRUE(test::all_close(linear(xa, w.to(kXla), bias.to(kXla)).to(Device::cpu()),
                               linear(a, w, bias), 1e-5, 1e-5));
-  EXPECT_TRUE(
-      test::all_close(softmax(xa, -1).to(Device::cpu()), softmax(a, -1), 1e-6, 1e-6));
+  EXPECT_TRUE(test::all_close(softmax(xa, -1).to(Device::cpu()), softmax(a, -1), 1e-6, 1e-6));
   EXPECT_TRUE(test::all_close(var(xa, 1).to(Device::cpu()), var(a, 1), 1e-5, 1e-5));
   EXPECT_TRUE(test::bit_equal(argmax(xa, 2).to(Device::cpu()), argmax(a, 2)));
   const Tensor ab = astype(a, DType::bf16);
-  EXPECT_TRUE(test::bf16_close(matmul(ab.to(kXla), astype(b, DType::bf16).to(kXla))
-                                   .to(Device::cpu()),
-                               matmul(ab, astype(b, DType::bf16))));
+  EXPECT_TRUE(
+      test::bf16_close(matmul(ab.to(kXla), astype(b, DType::bf16).to(kXla)).to(Device::cpu()),
+                       matmul(ab, astype(b, DType::bf16))));
 }
 
 TEST_F(Xla, ErrorsAreOneLineNeverAnAbort) {
@@ -207,9 +206,13 @@ TEST_F(Xla, FluxTransformerMatchesDiffusers) {
     EXPECT_EQ(sample.device(), kXla);
     test::expect_all_match(g.outputs, {{"sample", sample.to(Device::cpu())}}, dt, "output");
     EXPECT_TRUE(xla_stats().fallbacks.empty());
-    const FluxTransformerInputs in{get("hidden_states"), get("encoder_hidden_states"),
-                                   get("pooled_projections"), get("timestep"),
-                                   get("img_ids"), get("txt_ids"), get("guidance")};
+    const FluxTransformerInputs in{get("hidden_states"),
+                                   get("encoder_hidden_states"),
+                                   get("pooled_projections"),
+                                   get("timestep"),
+                                   get("img_ids"),
+                                   get("txt_ids"),
+                                   get("guidance")};
     // Deferred: segments as executables; compiled: the whole forward as one executable.
     set_eager_mode(EagerMode::DeferAndFuse);
     const Tensor deferred = model->forward(in);

@@ -14,6 +14,7 @@
 #include "io/png.h"
 #include "pipelines/registry.h"
 #include "runtime/allocator.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/modes.h"
 #include "runtime/random.h"
@@ -144,8 +145,10 @@ int run_generate(const GenerateOptions& o) {
   // The class model_index.json names (pipelines/registry.h); compile applies to its denoiser.
   auto pipe = DiffusionPipeline::from_pretrained(model, load);
   if (compile_full || o.compile_regional) pipe->denoiser().reset_compile();
-  if (compile_full) pipe->denoiser().compile();
-  if (o.compile_regional) pipe->denoiser().compile_repeated_blocks();
+  CompileOptions copt;  // programs for the execution device's backend (cpu, xla)
+  copt.backend = backend_for(load.device).name();
+  if (compile_full) pipe->denoiser().compile(copt);
+  if (o.compile_regional) pipe->denoiser().compile_repeated_blocks(copt);
   const double load_seconds = now_seconds() - t_load;
 
   TextToImageOptions call;
@@ -285,7 +288,7 @@ void register_generate(CLI::App& app, Runner& run) {
           },
           "", "MaxSequenceLength"));
   sub->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  sub->add_option("--device", o->device, "execution device (cpu)");
+  sub->add_option("--device", o->device, "execution device: cpu, xla:cpu, xla:cuda, tpu");
   sub->add_option("--mode", o->mode,
                   "execution mode: eager (strict, default), defer (deferred and fused) or "
                   "compile (the transformer traced once per input shape into one program)")

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/allocator.h"
@@ -37,6 +38,8 @@ class Backend {
   virtual DeviceType device_type() const = 0;
   // Devices of this type usable on this machine (empty: built, but no device found).
   virtual std::vector<Device> devices() const = 0;
+  // Why `d` is not among devices() ("" when unknown): require_available adds it to its error.
+  virtual std::string why_unavailable(const Device& /*d*/) const { return ""; }
 
   // Memory: the device's caching allocator (its counters feed memory_stats.h).
   virtual Allocator& allocator(const Device& d) = 0;

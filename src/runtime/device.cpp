@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "runtime/backend.h"
 #include "runtime/error.h"
 
 namespace tessera {
@@ -57,8 +58,11 @@ void require_available(const Device& d) {
     if (a == d) return;
     avail += (avail.empty() ? "" : ", ") + a.str();
   }
+  std::string why;
+  for (Backend* b : backends())
+    if (b->device_type() == d.type) why = b->why_unavailable(d);
   TESSERA_FAIL("[device] ", d.str(), " is not available in this build/machine; available: ",
-               avail);
+               avail, why.empty() ? "" : " (" + why + ")");
 }
 
 }  // namespace tessera

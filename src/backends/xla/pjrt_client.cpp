@@ -90,7 +90,7 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
     nv.value_size = 1;
     opts.push_back(nv);
   };
-  if (platform == "cpu") named_int("cpu_device_count", 1);  // 4 by default on a 2-core machine
+  if (platform == "cpu") named_int("cpu_device_count", 1);   // 4 by default on a 2-core machine
   if (platform == "cuda") named_bool("preallocate", false);  // else ~75% of GPU memory is taken
   auto c = PJRT_ARGS(PJRT_Client_Create_Args);
   c.create_options = opts.data();
@@ -214,9 +214,12 @@ std::string default_plugin_path(const std::string& platform) {
   const char* home = std::getenv("HOME");
   if (!home) return "";
   const std::string root = std::string(home) + "/.cache/tessera/xla/";
-  if (platform == "cpu") p = root + "xla-cpu-pjrt-0.0.1/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
-  else if (platform == "tpu") p = root + "libtpu/libtpu/libtpu.so";
-  else return "";
+  if (platform == "cpu")
+    p = root + "xla-cpu-pjrt-0.0.1/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
+  else if (platform == "tpu")
+    p = root + "libtpu/libtpu/libtpu.so";
+  else
+    return "";
   std::error_code ec;
   return std::filesystem::exists(p, ec) ? p : "";
 }

@@ -53,8 +53,9 @@ class PjrtClient {
   void download(PJRT_Buffer* buf, void* dst, size_t nbytes);
   void destroy(PJRT_Buffer* buf);
   // Runs `exe` on `args`; returns `num_outputs` new buffers and the completion event.
-  std::vector<PJRT_Buffer*> execute(const PjrtExecutable& exe, const std::vector<PJRT_Buffer*>& args,
-                                    size_t num_outputs, PJRT_Event** done);
+  std::vector<PJRT_Buffer*> execute(const PjrtExecutable& exe,
+                                    const std::vector<PJRT_Buffer*>& args, size_t num_outputs,
+                                    PJRT_Event** done);
   // Waits for `e`, destroys it and throws the error it carries, if any.
   void await(PJRT_Event* e, const char* what);
 

@@ -10,14 +10,22 @@ namespace tessera::xla {
 
 const char* element_type(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i64: return "i64";
-    case DType::i32: return "i32";
-    case DType::boolean: return "i1";
-    case DType::f8e4m3: return "f8E4M3FN";
-    case DType::f8e5m2: return "f8E5M2";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i64:
+      return "i64";
+    case DType::i32:
+      return "i32";
+    case DType::boolean:
+      return "i1";
+    case DType::f8e4m3:
+      return "f8E4M3FN";
+    case DType::f8e5m2:
+      return "f8E5M2";
   }
   return "?";
 }
@@ -143,8 +151,8 @@ Val Hlo::transpose(const Val& x, const std::vector<int64_t>& perm) {
 
 Val Hlo::slice(const Val& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
                const std::vector<int64_t>& strides_in) {
-  std::vector<int64_t> strides = strides_in.empty() ? std::vector<int64_t>(start.size(), 1)
-                                                    : strides_in;
+  std::vector<int64_t> strides =
+      strides_in.empty() ? std::vector<int64_t>(start.size(), 1) : strides_in;
   Shape s;
   bool whole = true;
   for (size_t i = 0; i < start.size(); ++i) {
@@ -194,8 +202,7 @@ Val Hlo::select(const Val& c, const Val& a, const Val& b) {
   return op("select", {c, a, b}, "", a.shape, a.et);
 }
 
-Val Hlo::reduce(const Val& x, const std::vector<int64_t>& dims, const char* combiner,
-                double init) {
+Val Hlo::reduce(const Val& x, const std::vector<int64_t>& dims, const char* combiner, double init) {
   Val i = constant(init, x.et);
   Shape s;
   for (size_t d = 0; d < x.shape.size(); ++d) {
@@ -209,8 +216,8 @@ Val Hlo::reduce(const Val& x, const std::vector<int64_t>& dims, const char* comb
            "    ^bb0(%a: " + st + ", %b: " + st + "):\n" + "      %c = \"stablehlo." + combiner +
            "\"(%a, %b) : (" + st + ", " + st + ") -> " + st + "\n" +
            "      \"stablehlo.return\"(%c) : (" + st + ") -> ()\n" +
-           "    }) {dimensions = " + i64_array(dims) + "} : (" + tensor_type(x.shape, x.et) +
-           ", " + st + ") -> " + tensor_type(s, x.et) + "\n";
+           "    }) {dimensions = " + i64_array(dims) + "} : (" + tensor_type(x.shape, x.et) + ", " +
+           st + ") -> " + tensor_type(s, x.et) + "\n";
   return r;
 }
 

@@ -29,9 +29,9 @@ class Hlo {
   Val op(const std::string& name, const std::vector<Val>& args, const std::string& attrs,
          const Shape& shape, const std::string& et);
 
-  Val constant(double v, const std::string& et);                    // a scalar
+  Val constant(double v, const std::string& et);                             // a scalar
   Val constant_vector(const std::vector<double>& v, const std::string& et);  // f32 or f64
-  Val splat(double v, const Shape& shape, const std::string& et);  // a scalar broadcast
+  Val splat(double v, const Shape& shape, const std::string& et);            // a scalar broadcast
   Val convert(const Val& x, const std::string& et);
   Val reshape(const Val& x, const Shape& shape);
   Val broadcast_in_dim(const Val& x, const Shape& shape, const std::vector<int64_t>& dims);

@@ -103,6 +103,19 @@ class XlaBackend final : public Backend {
     return out;
   }
 
+  std::string why_unavailable(const Device& d) const override {
+    auto* self = const_cast<XlaBackend*>(this);
+    const std::string name = type_ == DeviceType::tpu ? "tpu" : d.platform;
+    for (auto& p : platforms_)
+      if (p.name == name) {
+        Platform& pl = self->load(name, false);
+        if (!pl.client) return pl.error;
+        return "the " + name + " plugin has " + std::to_string(pl.client->num_devices()) +
+               " device(s)";
+      }
+    return "";
+  }
+
   Allocator& allocator(const Device& d) override {
     Platform& p = platform(d);
     return *p.allocators[size_t(d.index)];
@@ -219,11 +232,11 @@ class XlaBackend final : public Backend {
       pl->tried = true;
       const std::string path = xla::default_plugin_path(name);
       if (path.empty()) {
-        pl->error = "[xla] no PJRT plugin for " + name +
-                    " (scripts/setup_xla.sh installs the CPU plugin; or set " +
-                    (name == "cpu"    ? "TESSERA_PJRT_PLUGIN"
-                     : name == "cuda" ? "TESSERA_PJRT_CUDA_PLUGIN"
-                                      : "TESSERA_LIBTPU_PATH") +
+        pl->error = "[xla] no PJRT plugin for " + name + " (" +
+                    (name == "cpu" ? "scripts/setup_xla.sh installs it, or set TESSERA_PJRT_PLUGIN"
+                     : name == "cuda" ? "set TESSERA_PJRT_CUDA_PLUGIN to jax-cuda13-pjrt's .so"
+                                      : "TESSERA_LIBTPU=1 scripts/setup_xla.sh installs libtpu, "
+                                        "or set TESSERA_LIBTPU_PATH") +
                     ")";
       } else {
         try {
@@ -242,9 +255,9 @@ class XlaBackend final : public Backend {
   Platform& platform(const Device& d) {
     const std::string name = type_ == DeviceType::tpu ? "tpu" : d.platform;
     Platform& p = load(name, true);
-    TESSERA_CHECK(d.index >= 0 && size_t(d.index) < p.client->num_devices(), "[device] ",
-                  d.str(), " is out of range: the ", name, " plugin has ",
-                  p.client->num_devices(), " device(s)");
+    TESSERA_CHECK(d.index >= 0 && size_t(d.index) < p.client->num_devices(), "[device] ", d.str(),
+                  " is out of range: the ", name, " plugin has ", p.client->num_devices(),
+                  " device(s)");
     return p;
   }
   PjrtClient& client(const Device& d) { return *platform(d).client; }
@@ -309,9 +322,12 @@ bool XlaBackend::view_value(Hlo& h, const Tensor& t, const Val& bytes, Val& out)
   // Bytes of [offset, offset + extent) as `extent` elements of the dtype.
   Val b = h.slice(bytes, {t.offset() * es}, {(t.offset() + extent) * es});
   Val flat;
-  if (dt == DType::boolean) flat = h.compare("NE", b, h.splat(0.0, b.shape, "ui8"));
-  else if (es == 1) flat = h.bitcast(b, {extent}, et);
-  else flat = h.bitcast(h.reshape(b, {extent, es}), {extent}, et);
+  if (dt == DType::boolean)
+    flat = h.compare("NE", b, h.splat(0.0, b.shape, "ui8"));
+  else if (es == 1)
+    flat = h.bitcast(b, {extent}, et);
+  else
+    flat = h.bitcast(h.reshape(b, {extent, es}), {extent}, et);
   // Dims that index memory (size > 1, stride > 0), outermost (largest stride) first; each must
   // nest inside the previous one's stride (views of contiguous memory do).
   std::vector<size_t> dims;
@@ -379,9 +395,7 @@ class XlaGraph final : public GraphKernel {
       : be_(be), steps_(std::move(steps)), live_(std::move(live)) {}
 
   // Whether every step lowers (checked once with the recorded views).
-  bool lowerable() {
-    return build(nullptr, nullptr, nullptr) != nullptr;
-  }
+  bool lowerable() { return build(nullptr, nullptr, nullptr) != nullptr; }
 
   void run(const std::vector<std::shared_ptr<Storage>>& ext, const std::vector<int64_t>* ext_off,
            std::vector<std::shared_ptr<Storage>>& values) override {
@@ -403,8 +417,8 @@ class XlaGraph final : public GraphKernel {
     PjrtClient& cl = be_.client_of(dev);
     std::vector<PJRT_Buffer*> args;
     for (const Param& p : c.params) {
-      const Storage& s = p.ext >= 0 ? *ext[size_t(p.ext)]
-                                    : *steps_[size_t(p.step)].ins[size_t(p.input)].storage();
+      const Storage& s =
+          p.ext >= 0 ? *ext[size_t(p.ext)] : *steps_[size_t(p.step)].ins[size_t(p.input)].storage();
       Block& b = block_of(s);
       if (!b.buf) {
         std::vector<char> zeros(b.nbytes, 0);
@@ -426,7 +440,7 @@ class XlaGraph final : public GraphKernel {
 
  private:
   struct Param {
-    int64_t ext = -1;  // an external input, or
+    int64_t ext = -1;               // an external input, or
     int64_t step = -1, input = -1;  // a constant of a step
   };
   struct Compiled {
@@ -557,8 +571,10 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
   p.hash_attributes(ah);
   std::string key = std::string(p.name()) + '|' + std::to_string(ah.value()) + '|';
   for (const Tensor& t : ins) {
-    if (t.defined()) add_view_key(key, t);
-    else key += "-;";
+    if (t.defined())
+      add_view_key(key, t);
+    else
+      key += "-;";
   }
   key += "->";
   for (const Tensor& t : outs) add_view_key(key, t);
@@ -651,11 +667,10 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
 }
 
 // No lowering: the CPU runs the op on host copies of the inputs (decision 0032).
-void XlaBackend::fallback(Primitive& p, const std::vector<Tensor>& ins,
-                          std::vector<Tensor>& outs) {
+void XlaBackend::fallback(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
   std::string dts;
-  for (const Tensor& t : ins) dts += std::string(dts.empty() ? "" : ", ") +
-                                     (t.defined() ? dtype_name(t.dtype()) : "none");
+  for (const Tensor& t : ins)
+    dts += std::string(dts.empty() ? "" : ", ") + (t.defined() ? dtype_name(t.dtype()) : "none");
   TESSERA_CHECK(env::flag(EnvVar::xla_fallback), "[xla] no StableHLO lowering for ", p.name(),
                 " on (", dts, "); TESSERA_XLA_FALLBACK=1 runs it on the CPU through host copies");
   {

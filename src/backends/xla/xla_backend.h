@@ -23,7 +23,7 @@ struct XlaStats {
   int64_t graph_compiles = 0;  // whole segments / programs compiled as one executable
   int64_t graph_hits = 0;      // runs that found theirs
   int64_t graph_runs = 0;
-  int64_t module_hits = 0;     // modules found compiled already (same text)
+  int64_t module_hits = 0;  // modules found compiled already (same text)
   // Ops run on the CPU through host copies (no lowering), by primitive name (decision 0032).
   std::map<std::string, int64_t> fallbacks;
 };
