@@ -5,6 +5,7 @@
 #include "io/safetensors.h"
 #include "ops/copy.h"
 #include "ops/linalg.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/memory_stats.h"
 #include "runtime/modes.h"
@@ -37,9 +38,11 @@ Device resolve_offload_device(const std::optional<Device>& requested) {
   }
   // The default is an accelerator with its own kernels (cuda); an XLA plugin that happens to be
   // installed (xla:cpu, tpu) is used only when named.
-  for (const Device& d : available_devices())
-    if (d.type != DeviceType::cpu && d.type != DeviceType::xla && d.type != DeviceType::tpu)
-      return d;
+  for (Backend* b : backends()) {
+    const DeviceType t = b->device_type();
+    if (t == DeviceType::cpu || t == DeviceType::xla || t == DeviceType::tpu) continue;
+    for (const Device& d : b->devices()) return d;
+  }
   return Device::cpu();
 }
 

@@ -59,7 +59,7 @@ Backend& backend_for(const Device& d) {
 
 void wait_all_streams() {
   for (Backend* b : backends())
-    for (const Device& d : b->devices()) b->synchronize(d);
+    for (const Device& d : b->started_devices()) b->synchronize(d);
 }
 
 bool fusion_supported(const Device& d) {

@@ -38,6 +38,9 @@ class Backend {
   virtual DeviceType device_type() const = 0;
   // Devices of this type usable on this machine (empty: built, but no device found).
   virtual std::vector<Device> devices() const = 0;
+  // The devices already started (a plugin loaded, a context created). Whole-process sweeps
+  // (waits, memory counters) visit only these, so a CPU run never starts another device.
+  virtual std::vector<Device> started_devices() const { return devices(); }
   // Why `d` is not among devices() ("" when unknown): require_available adds it to its error.
   virtual std::string why_unavailable(const Device& /*d*/) const { return ""; }
 

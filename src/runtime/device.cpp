@@ -53,6 +53,11 @@ std::string Device::str() const {
 }
 
 void require_available(const Device& d) {
+  // Only d's own backend is asked first: naming cpu must not start an XLA plugin.
+  for (Backend* b : backends())
+    if (b->device_type() == d.type)
+      for (const Device& a : b->devices())
+        if (a == d) return;
   std::string avail;
   for (const auto& a : available_devices()) {
     if (a == d) return;

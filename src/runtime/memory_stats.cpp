@@ -110,7 +110,7 @@ std::string StageMemory::json() const {
 
 StageMemoryMeter::StageMemoryMeter() {
   for (Backend* b : backends())
-    for (const Device& d : b->devices()) b->allocator(d).reset_peak();
+    for (const Device& d : b->started_devices()) b->allocator(d).reset_peak();
   reset_peak_weight_bytes();
   reset_peak_resident();
   disk0_ = checkpoint_read_bytes();
@@ -121,7 +121,7 @@ StageMemory StageMemoryMeter::finish() const {
   StageMemory s;
   // Summed over devices (the CPU's counters are the host's).
   for (Backend* b : backends())
-    for (const Device& d : b->devices()) s.peak_alloc_bytes += b->allocator(d).stats().peak_bytes;
+    for (const Device& d : b->started_devices()) s.peak_alloc_bytes += b->allocator(d).stats().peak_bytes;
   s.peak_device_bytes = s.peak_alloc_bytes;
   // Without clear_refs the high-water mark covers the whole process; the current RSS bounds it.
   s.peak_host_bytes = std::max(peak_resident_bytes(), resident_bytes());

@@ -52,6 +52,9 @@ void PjrtClient::check(void* err, const char* call) {
 PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform)
     : plugin_path_(plugin_path), platform_(platform) {
   if (platform == "tpu") setenv("TPU_SKIP_MDS_QUERY", "1", 0);  // off Google Cloud: no retries
+  // Plugins log INFO lines to stderr (device counts, absl's start-up note): warnings and up only,
+  // unless the user set the level.
+  setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
   dl_ = dlopen(plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl_) {
     const char* why = dlerror();

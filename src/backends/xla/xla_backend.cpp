@@ -103,6 +103,15 @@ class XlaBackend final : public Backend {
     return out;
   }
 
+  // Only platforms whose plugin is loaded: a sweep over every backend must not load one.
+  std::vector<Device> started_devices() const override {
+    std::vector<Device> out;
+    for (const Platform& p : platforms_)
+      if (p.client)
+        for (size_t i = 0; i < p.client->num_devices(); ++i) out.push_back(device_of(p, int(i)));
+    return out;
+  }
+
   std::string why_unavailable(const Device& d) const override {
     auto* self = const_cast<XlaBackend*>(this);
     const std::string name = type_ == DeviceType::tpu ? "tpu" : d.platform;
