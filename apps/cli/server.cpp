@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/random.h"
 #include "server.h"
+#include "server_page.h"
 
 namespace tessera::cli {
 namespace {
@@ -369,6 +370,8 @@ int serve(const ServeOptions& options) {
                    return true;
                  });
            });
+
+  register_web_page(http);
 
   const int port = options.port == 0 ? http.bind_to_any_port(options.host)
                                      : (http.bind_to_port(options.host, options.port)
