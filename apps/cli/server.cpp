@@ -378,6 +378,10 @@ int serve(const ServeOptions& options) {
                                             ? options.port
                                             : -1);
   TESSERA_CHECK(port > 0, "cannot listen on ", options.host, ":", options.port);
+  if (options.host != "127.0.0.1" && options.host != "localhost" && options.host != "::1" &&
+      options.api_key.empty())
+    std::fprintf(stderr, "tessera: warning: listening on %s without --api-key: anyone who can "
+                 "reach this address can use the server\n", options.host.c_str());
   std::printf("tessera: serving %s on http://%s:%d\n", svc.model_path().c_str(),
               options.host.c_str(), port);
   std::fflush(stdout);
