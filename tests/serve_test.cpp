@@ -369,6 +369,22 @@ TEST(ServeLimits, ApiKeyRequired) {
   EXPECT_EQ(r->status, 200);
 }
 
+// --dtype reaches the pipeline as generate's does: bf16 images are the CLI's bf16 images.
+TEST(ServeLimits, Bf16IsTheCliBf16Image) {
+  ServerProcess server({"--dtype", "bf16"});
+  ASSERT_GT(server.port(), 0);
+  auto c = server.client();
+  int status = 0;
+  const json r = post(c, "/v1/images/generations", R"({"prompt":"a star","seed":4,"steps":2})",
+                      &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  TempDir dir;
+  const auto g = run_cli("generate --dtype bf16 --prompt " + quote("a star") +
+                         " --seed 4 --steps 2 -o " + quote(dir / "cli.png"));
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(unbase64(r["data"][0]["b64_json"]), read_file(dir / "cli.png"));
+}
+
 TEST(ServeLimits, BadFlagsFail) {
   auto r = run_cli("serve --port 70000");
   EXPECT_NE(r.code, 0);

@@ -13,6 +13,8 @@ void register_serve(CLI::App& app, Runner& run) {
   sub->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
   sub->add_option("--port", o->port, "TCP port (default 7860; 0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
+  sub->add_option("--dtype", o->dtype, "f32 (default) or bf16 (as generate)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--mode", o->mode, "execution mode: eager, defer or compile (as generate)")
       ->check(CLI::IsMember({"eager", "defer", "compile"}));
   sub->add_option("--offload", o->offload, "none (default), model or sequential (as generate)")

@@ -20,7 +20,7 @@ namespace tessera::cli {
 
 struct ServeOptions {
   std::string model;  // "" = the bundled default model
-  std::string host = "127.0.0.1", mode, offload = "none", api_key;
+  std::string host = "127.0.0.1", mode, offload = "none", api_key, dtype = "f32";
   int port = 7860;  // 0: any free port (the one bound is printed)
   int max_queue = 8;
 };

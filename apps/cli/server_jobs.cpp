@@ -77,6 +77,7 @@ ImageService::ImageService(const ServeOptions& options) : options_(options) {
   if (options.mode == "eager") set_eager_mode(EagerMode::DeferNever);
   if (options.mode == "defer") set_eager_mode(EagerMode::DeferAndFuse);
   PipelineLoadOptions load;
+  load.dtype = dtype_from_name(options.dtype);
   load.offload = offload_mode_from_name(options.offload);
   if (load.offload != OffloadMode::none) load.offload_device = load.device;
   pipe_ = DiffusionPipeline::from_pretrained(model_, load);
