@@ -9,6 +9,8 @@ PACKAGES=(
   libopenblas-dev                        # only for the GEMM library comparison benchmark
   nlohmann-json3-dev libcli11-dev libspng-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev                     # tessera serve's HTTP server (docs/decisions/0035)
+  chromium                               # headless test of tessera serve's page
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -11,5 +11,6 @@ using Runner = std::function<int()>;  // returns the process exit code
 void register_inspect(CLI::App& app, Runner& run);
 void register_generate(CLI::App& app, Runner& run);
 void register_run(CLI::App& app, Runner& run);
+void register_serve(CLI::App& app, Runner& run);
 
 }  // namespace tessera::cli

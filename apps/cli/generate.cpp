@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "model_defaults.h"
 #include "io/model_folder.h"
 #include "io/png.h"
 #include "pipelines/registry.h"
@@ -33,34 +34,6 @@ struct GenerateOptions {
   std::optional<int64_t> max_sequence_length;
   int num_images = 1;
 };
-
-// The bundled default model: the trained shapes model once it exists, else the tiny test
-// pipeline (random weights: it makes noise, but runs the whole FLUX.1 path).
-std::string default_model(bool* is_test_pipeline) {
-  const std::string root = TESSERA_SOURCE_DIR;
-  const std::string trained = root + "/models/tessera-shapes";
-  *is_test_pipeline = !std::filesystem::exists(trained + "/model_index.json");
-  return *is_test_pipeline ? root + "/tests/fixtures/flux1-schnell-tiny" : trained;
-}
-
-// The bundled model is trained at one size and T5 length: its vae sample_size and tokenizer_2
-// model_max_length are its defaults (FluxPipeline.__call__'s, 1024 px and 512 tokens, are not).
-struct BundledDefaults {
-  std::optional<int64_t> size, max_sequence_length;
-};
-BundledDefaults bundled_defaults(const std::string& model) {
-  const auto read = [](const std::string& path) {
-    std::ifstream f(path);
-    return f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
-  };
-  const auto int_field = [](const nlohmann::json& j, const char* key) -> std::optional<int64_t> {
-    if (j.is_object() && j.contains(key) && j[key].is_number_integer())
-      return j[key].get<int64_t>();
-    return std::nullopt;
-  };
-  return {int_field(read(model + "/vae/config.json"), "sample_size"),
-          int_field(read(model + "/tokenizer_2/tokenizer_config.json"), "model_max_length")};
-}
 
 std::string output_name(const std::string& output, int index, int count) {
   if (count == 1) return output;

@@ -146,15 +146,15 @@ void check_png_text(const PngText& text) {
   TESSERA_CHECK(problem.empty(), problem);
 }
 
-void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
-               const PngText& text) {
-  TESSERA_CHECK(rgb != nullptr, path, ": [png] no pixel data");
-  TESSERA_CHECK(width > 0 && height > 0 && width <= (1 << 24) && height <= (1 << 24), path,
+std::string encode_png(const uint8_t* rgb, int width, int height, const PngText& text,
+                       const std::string& what) {
+  TESSERA_CHECK(rgb != nullptr, what, ": [png] no pixel data");
+  TESSERA_CHECK(width > 0 && height > 0 && width <= (1 << 24) && height <= (1 << 24), what,
                 ": [png] image size ", width, "x", height, " is not positive or too large");
   const std::string problem = text_problem(text);
-  TESSERA_CHECK(problem.empty(), path, ": ", problem);
+  TESSERA_CHECK(problem.empty(), what, ": ", problem);
   Ctx ctx(spng_ctx_new(SPNG_CTX_ENCODER));
-  TESSERA_CHECK(ctx, path, ": [png] cannot create an encoder (out of memory)");
+  TESSERA_CHECK(ctx, what, ": [png] cannot create an encoder (out of memory)");
   spng_set_option(ctx.get(), SPNG_ENCODE_TO_BUFFER, 1);
   spng_ihdr ihdr{};
   ihdr.width = uint32_t(width);
@@ -164,23 +164,28 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   int err = spng_set_ihdr(ctx.get(), &ihdr);
   const size_t bytes = size_t(width) * size_t(height) * 3;
   if (!err) err = spng_encode_image(ctx.get(), rgb, bytes, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
-  TESSERA_CHECK(!err, path, ": [png] encoding failed (", spng_strerror(err), ")");
+  TESSERA_CHECK(!err, what, ": [png] encoding failed (", spng_strerror(err), ")");
   size_t png_size = 0;
   std::unique_ptr<void, decltype(&std::free)> png(spng_get_png_buffer(ctx.get(), &png_size, &err),
                                                   &std::free);
-  TESSERA_CHECK(png && !err, path, ": [png] encoding failed (", spng_strerror(err), ")");
+  TESSERA_CHECK(png && !err, what, ": [png] encoding failed (", spng_strerror(err), ")");
   // The text chunks go right after IHDR (signature 8 bytes, IHDR chunk 25), written here rather
   // than by libspng, whose encoder refuses empty texts.
   constexpr size_t kAfterIhdr = 33;
   const char* p = static_cast<const char*>(png.get());
-  TESSERA_CHECK(png_size > kAfterIhdr && std::memcmp(p + 12, "IHDR", 4) == 0, path,
+  TESSERA_CHECK(png_size > kAfterIhdr && std::memcmp(p + 12, "IHDR", 4) == 0, what,
                 ": [png] encoder output does not start with IHDR");
-  std::string chunks;
-  for (const auto& [key, value] : text) chunks += text_chunk(key, value);
+  std::string out(p, kAfterIhdr);
+  for (const auto& [key, value] : text) out += text_chunk(key, value);
+  out.append(p + kAfterIhdr, png_size - kAfterIhdr);
+  return out;
+}
+
+void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
+               const PngText& text) {
+  const std::string png = encode_png(rgb, width, height, text, path);
   write_file_atomically(path, [&](std::FILE* fp) {
-    return std::fwrite(p, 1, kAfterIhdr, fp) == kAfterIhdr &&
-           std::fwrite(chunks.data(), 1, chunks.size(), fp) == chunks.size() &&
-           std::fwrite(p + kAfterIhdr, 1, png_size - kAfterIhdr, fp) == png_size - kAfterIhdr;
+    return std::fwrite(png.data(), 1, png.size(), fp) == png.size();
   });
 }
 

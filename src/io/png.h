@@ -44,6 +44,11 @@ void check_png_text(const PngText& text);
 void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
                const PngText& text = {});
 
+// The bytes write_png writes, in memory (the server sends them; nothing touches the disk).
+// Errors name `what`.
+std::string encode_png(const uint8_t* rgb, int width, int height, const PngText& text = {},
+                       const std::string& what = "png");
+
 // Reads any PNG, converted to 8-bit RGB, with its text chunks.
 PngImage read_png(const std::string& path);
 
