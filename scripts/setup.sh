@@ -4,6 +4,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3
+  ccache                                 # scripts/build.sh reuses earlier compiles when present
   clang-14 libclang-rt-14-dev            # libFuzzer target and sanitizers
   libdnnl-dev                            # oneDNN: GEMM and convolution (docs/decisions/0002)
   libopenblas-dev                        # only for the GEMM library comparison benchmark
@@ -16,14 +17,14 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# The XLA CPU plugin for the XLA backend (optional; TESSERA_XLA=0 skips it).
-trap '"$(dirname "$0")/setup_xla.sh"' EXIT
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The XLA CPU plugin for the XLA backend (optional; TESSERA_XLA=0 skips it).
+"$(dirname "$0")/setup_xla.sh"
