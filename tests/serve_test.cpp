@@ -66,6 +66,19 @@ class ServerProcess {
     }
   }
   int port() const { return port_; }
+  // Sends `sig` and waits up to `seconds` for the exit; the exit status, or -1 on timeout.
+  int signal_and_wait(int sig, int seconds) {
+    kill(pid_, sig);
+    for (int i = 0; i < seconds * 100; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
   bool alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
@@ -342,6 +355,48 @@ TEST(ServeLimits, QueueFullIs503) {
   EXPECT_TRUE(full);
   EXPECT_LE(ids.size(), 2u);
   for (const auto& id : ids) c.Post(("/v1/jobs/" + id + "/interrupt").c_str(), "", "text/plain");
+}
+
+// A client that gives up on a synchronous request cancels its job: the worker is free again
+// long before 8 images x 200 steps would have finished.
+TEST(ServeLimits, ClientThatLeavesCancelsItsJob) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0);
+  httplib::Client impatient("127.0.0.1", server.port());
+  impatient.set_read_timeout(1, 0);
+  const auto r = impatient.Post("/v1/images/generations", R"({"prompt":"x","steps":200,"n":8})",
+                                "application/json");
+  EXPECT_FALSE(r);  // timed out and closed its connection
+  impatient.stop();
+  auto c = server.client();
+  json s;
+  for (int i = 0; i < 1000; ++i) {  // 10 s
+    const auto g = c.Get("/v1/jobs/job-1");
+    ASSERT_TRUE(g);
+    s = json::parse(g->body);
+    if (s["state"] != "queued" && s["state"] != "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(s["state"], "cancelled") << s.dump();
+  EXPECT_LT(s["step"].get<int>(), 200);
+  int status = 0;
+  post(c, "/v1/images/generations", R"({"prompt":"after","steps":1})", &status);
+  EXPECT_EQ(status, 200);
+}
+
+// SIGTERM cancels the running and queued jobs, answers their waiters and exits 0.
+TEST(ServeLimits, SigtermStopsCleanly) {
+  ServerProcess server({});
+  ASSERT_GT(server.port(), 0);
+  auto c = server.client();
+  int status = 0;
+  const json j = post(c, "/v1/jobs", R"({"prompt":"x","steps":200,"n":8})", &status);
+  ASSERT_EQ(status, 202);
+  ASSERT_TRUE(wait_state(c, j["id"], [](const json& s) { return s["step"].get<int>() >= 1; })
+                  .is_object());
+  post(c, "/v1/jobs", R"({"prompt":"queued","steps":200})", &status);
+  ASSERT_EQ(status, 202);
+  EXPECT_EQ(server.signal_and_wait(SIGTERM, 30), 0);
 }
 
 TEST(ServeLimits, ApiKeyRequired) {

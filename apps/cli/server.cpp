@@ -1,12 +1,21 @@
 // The HTTP layer of tessera serve: OpenAI's images API, AUTOMATIC1111's txt2img, a job API with
 // a server-sent-events progress stream and interrupt (decision 0037). Every bad request is a
 // 4xx JSON error naming the field; nothing is written to disk.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "io/png.h"
 #include "runtime/error.h"
@@ -196,10 +205,64 @@ json job_json(const Job& j, bool with_images) {
   return o;
 }
 
+// An endpoint of a socket as cpp-httplib writes it in Request (address text, port).
+bool endpoint_is(const sockaddr_storage& a, const std::string& addr, int port) {
+  char text[INET6_ADDRSTRLEN] = {};
+  int p = -1;
+  if (a.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+    inet_ntop(AF_INET, &v4.sin_addr, text, sizeof text);
+    p = ntohs(v4.sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+    inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof text);
+    p = ntohs(v6.sin6_port);
+  }
+  return p == port && addr == text;
+}
+
+// The descriptor of the connection that carried `req`, or -1. cpp-httplib 0.11 does not hand
+// handlers their socket, so it is found among this process's descriptors by its two endpoints.
+int connection_socket(const httplib::Request& req) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (const dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (fd <= 2 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t n1 = sizeof peer, n2 = sizeof local;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &n1) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n2) == 0 &&
+        endpoint_is(peer, req.remote_addr, req.remote_port) &&
+        endpoint_is(local, req.local_addr, req.local_port)) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True once the client has closed its end (it gave up waiting): the job it asked for is dropped.
+bool client_left(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 }  // namespace
 
 int serve(const ServeOptions& options) {
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGTERM and SIGINT are taken by one thread (below), so they are blocked before any other
+  // thread starts and inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   TESSERA_CHECK(options.max_queue >= 1, "--max-queue must be at least 1");
   std::fprintf(stderr, "tessera: loading %s\n",
                options.model.empty() ? "the bundled default model" : options.model.c_str());
@@ -256,7 +319,20 @@ int serve(const ServeOptions& options) {
         res.set_header("Retry-After", "5");
         return send_error(res, 503, "the queue is full; retry later");
       }
-      svc.wait_finished(*job);
+      // Waits for the job, and cancels it if the client goes away before it is done.
+      const int fd = connection_socket(req);
+      for (int seen = -1;;) {
+        seen = svc.wait_change(*job, seen, 0.25);
+        {
+          std::lock_guard lock(svc.mutex());
+          if (job->state != JobState::queued && job->state != JobState::running) break;
+        }
+        if (client_left(fd)) {
+          svc.cancel(job->id);
+          svc.wait_finished(*job);
+          return;  // nobody to answer
+        }
+      }
       std::lock_guard lock(svc.mutex());
       if (job->state == JobState::done) return reply(*job);
       if (job->state == JobState::cancelled) return send_error(res, 409, "the job was cancelled");
@@ -385,7 +461,22 @@ int serve(const ServeOptions& options) {
   std::printf("tessera: serving %s on http://%s:%d\n", svc.model_path().c_str(),
               options.host.c_str(), port);
   std::fflush(stdout);
+  std::atomic<bool> listening_ended{false};
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (listening_ended) return;  // woken by the main thread below
+    std::fprintf(stderr, "tessera: %s: cancelling jobs and stopping\n", strsignal(sig));
+    svc.cancel_all();
+    // stop() before the accept loop has started would be lost: wait until it runs.
+    while (!http.is_running() && !listening_ended)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    http.stop();
+  });
   http.listen_after_bind();
+  listening_ended = true;
+  pthread_kill(stopper.native_handle(), SIGTERM);  // blocked: only wakes sigwait, if still there
+  stopper.join();
   return 0;
 }
 

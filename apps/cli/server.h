@@ -67,6 +67,7 @@ class ImageService {
   void wait_finished(const Job& job);
   bool cancel(const std::string& id);  // false: no such job, or it had already finished
   bool cancel_running();
+  void cancel_all();  // the running job and every queued one (the server is stopping)
   // A snapshot for /sdapi/v1/progress: the running job (null if none) and the queue length.
   std::shared_ptr<Job> running(size_t* queued);
   std::mutex& mutex() { return mu_; }
@@ -95,7 +96,8 @@ class ImageService {
   std::thread thread_;
 };
 
-// Runs the server until the process is killed; returns the exit code.
+// Runs the server until SIGTERM or SIGINT (which cancel every job and stop it cleanly);
+// returns the exit code.
 int serve(const ServeOptions& options);
 
 }  // namespace tessera::cli

@@ -154,6 +154,16 @@ bool ImageService::cancel(const std::string& id) {
   return true;
 }
 
+void ImageService::cancel_all() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& job : queue_) ids.push_back(job->id);
+    if (running_) ids.push_back(running_->id);
+  }
+  for (const auto& id : ids) cancel(id);
+}
+
 bool ImageService::cancel_running() {
   std::lock_guard lock(mu_);
   if (!running_) return false;
