@@ -312,6 +312,10 @@ TEST_F(Xla, ModelOffloadUploadsEachModelForItsStageOnly) {
   EXPECT_EQ(out.images[0].pixels, base.images[0].pixels);
   EXPECT_LT(dev.stats().current_bytes - before, smallest);  // the VAE freed after decoding
   EXPECT_TRUE(xla_stats().fallbacks.empty());
+  std::printf("[xla offload] weights: clip %lld, t5 %lld, transformer %lld, vae %lld bytes; on "
+              "the device after step 0: %lld, after the run: %lld\n",
+              (long long)clip, (long long)t5, (long long)dit, (long long)vae,
+              (long long)during[0], (long long)(dev.stats().current_bytes - before));
 }
 
 // The FLUX.1 transformer on xla:cpu against diffusers' goldens (module.to(device)).
