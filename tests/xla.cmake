@@ -19,6 +19,50 @@ if(PJRT_C_API_INCLUDE_DIR)
            COMMAND tessera_tests --gtest_filter=*FluxPipelineGolden*tiny_cat_*)
   set_tests_properties(xla_flux_pipeline PROPERTIES ENVIRONMENT TESSERA_PIPELINE_DEVICE=xla:cpu
                        TIMEOUT 600)
+  # The same goldens in the other modes on xla:cpu: deferred (one executable per segment),
+  # compiled (the transformer's program as one executable) and regional (one executable per
+  # block class, weights as inputs); the f32 and bf16 cases of both tiny checkpoints.
+  foreach(_mode defer compile regional)
+    if(_mode STREQUAL "defer")
+      set(_env TESSERA_DEFER_AND_FUSE=1)
+    elseif(_mode STREQUAL "compile")
+      set(_env TESSERA_COMPILE=full)
+    else()
+      set(_env TESSERA_COMPILE=regional)
+    endif()
+    add_test(NAME xla_flux_pipeline_${_mode}
+             COMMAND tessera_tests --gtest_filter=*FluxPipelineGolden*tiny_cat_*)
+    set_tests_properties(xla_flux_pipeline_${_mode} PROPERTIES
+                         ENVIRONMENT "TESSERA_PIPELINE_DEVICE=xla:cpu;${_env}" TIMEOUT 900)
+  endforeach()
+  # Model and sequential offload onto xla:cpu from the CLI (weights uploaded per stage or per
+  # block): the image equals the one without offload (the *_same entries compare the files).
+  add_test(NAME xla_cli_generate_eager
+           COMMAND tessera generate --model ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/flux1-schnell-tiny
+                   --prompt "a cat" --height 64 --width 64 --steps 2 --seed 0 --device xla:cpu
+                   -o ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_eager.png)
+  add_test(NAME xla_cli_generate_offload
+           COMMAND tessera generate --model ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/flux1-schnell-tiny
+                   --prompt "a cat" --height 64 --width 64 --steps 2 --seed 0 --device xla:cpu
+                   --offload model -o ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_offload.png)
+  add_test(NAME xla_cli_generate_sequential
+           COMMAND tessera generate --model ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/flux1-schnell-tiny
+                   --prompt "a cat" --height 64 --width 64 --steps 2 --seed 0 --device xla:cpu
+                   --offload sequential -o ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_sequential.png)
+  add_test(NAME xla_cli_generate_offload_same
+           COMMAND ${CMAKE_COMMAND} -E compare_files
+                   ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_eager.png
+                   ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_offload.png)
+  add_test(NAME xla_cli_generate_sequential_same
+           COMMAND ${CMAKE_COMMAND} -E compare_files
+                   ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_eager.png
+                   ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate_sequential.png)
+  set_tests_properties(xla_cli_generate_eager xla_cli_generate_offload xla_cli_generate_sequential
+                       PROPERTIES TIMEOUT 300)
+  set_tests_properties(xla_cli_generate_offload_same PROPERTIES
+                       DEPENDS "xla_cli_generate_eager;xla_cli_generate_offload")
+  set_tests_properties(xla_cli_generate_sequential_same PROPERTIES
+                       DEPENDS "xla_cli_generate_eager;xla_cli_generate_sequential")
   # The CLI on xla:cpu, compiled mode (the transformer's program compiled for the xla backend).
   add_test(NAME xla_cli_generate
            COMMAND tessera generate --model ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/flux1-schnell-tiny

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backends/xla/pjrt_client.h"
 #include "backends/xla/xla_backend.h"
@@ -18,6 +20,7 @@
 #include "ops/linalg.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
+#include "pipelines/flux_pipeline.h"
 #include "runtime/backend.h"
 #include "runtime/modes.h"
 #include "test_util.h"
@@ -185,6 +188,136 @@ TEST_F(Xla, EveryConformanceFamilyIsLowered) {
               (long long)st.compiles, st.compile_seconds, (long long)st.cache_hits);
 }
 
+// Buffer donation (decision 0050): a result that replaces a storage's bytes reuses its buffer;
+// a buffer anything still references is never given away (reading it afterwards would fail).
+TEST_F(Xla, InPlaceWriteDonatesTheStorageItReplaces) {
+  Backend& be = backend_for(kXla);
+  const Tensor a = seq({4}).to(kXla);
+  for (bool donate : {true, false}) {
+    SCOPED_TRACE(donate ? "donation on" : "donation off");
+    set_xla_donation(donate);
+    Tensor b = seq({16}, DType::f32, 0.21f).to(kXla);
+    Tensor c = seq({4}, DType::f32, 0.05f).to(kXla);
+    synchronize(kXla);
+    reset_xla_stats();
+    const int64_t live0 = xla_stats().live_bytes;
+    // A part of b (dynamic_update_slice of its bytes) and the whole of c (only overwritten).
+    Tensor part = b.slice(0, 4, 8);
+    be.copy(a, part);
+    be.copy(a, c);
+    synchronize(kXla);
+    const XlaStats st = xla_stats();
+    EXPECT_EQ(st.donated_bytes, donate ? 64 + 16 : 0);
+    // Donated: the results took the old buffers, so nothing more is held at any point.
+    EXPECT_EQ(st.live_bytes, live0);
+    if (donate) EXPECT_EQ(st.peak_bytes, live0);
+    if (!donate) EXPECT_EQ(st.peak_bytes, live0 + 64);  // b's new bytes beside its old ones
+    std::vector<float> want = seq({16}, DType::f32, 0.21f).to_floats();
+    const std::vector<float> av = seq({4}).to_floats();
+    for (int i = 0; i < 4; ++i) want[size_t(4 + i)] = av[size_t(i)];
+    EXPECT_EQ(b.to(Device::cpu()).to_floats(), want);
+    EXPECT_EQ(c.to(Device::cpu()).to_floats(), av);
+    EXPECT_EQ(a.to(Device::cpu()).to_floats(), av);  // the source is read, never donated
+  }
+  set_xla_donation(true);
+}
+
+TEST_F(Xla, SegmentDonatesOnlyInputsNothingElseHolds) {
+  const EagerMode prev = eager_mode();
+  set_eager_mode(EagerMode::DeferAndFuse);
+  const std::vector<float> xv = seq({1024}).to_floats();
+  std::vector<float> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) want[i] = (xv[i] * 2.f + 1.f) + xv[i];
+  for (int held = 0; held < 3; ++held) {
+    SCOPED_TRACE(held == 0 ? "dead input" : held == 1 ? "input held" : "a view held");
+    Tensor x = seq({1024}).to(kXla);
+    Tensor keep = held == 1 ? x : held == 2 ? x.slice(0, 0, 512) : Tensor();
+    Tensor y = add(add(mul(x, 2.0), 1.0), x);  // x read twice: one parameter
+    x = Tensor();  // the recorded ops hold the only other references
+    reset_xla_stats();
+    const std::vector<float> got = y.to(Device::cpu()).to_floats();
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(xla_stats().donated_bytes, held == 0 ? 4096 : 0);
+    if (held == 1) EXPECT_EQ(keep.to(Device::cpu()).to_floats(), xv);
+    if (held == 2)
+      EXPECT_EQ(keep.to(Device::cpu()).to_floats(),
+                std::vector<float>(xv.begin(), xv.begin() + 512));
+  }
+  set_eager_mode(prev);
+}
+
+// Model offload onto xla:cpu (the seed's pipe.enable_model_cpu_offload() on an XLA device):
+// each model's weights are uploaded for its stage and freed after it, and the images are the
+// same as with every model moved to the device.
+TEST_F(Xla, ModelOffloadUploadsEachModelForItsStageOnly) {
+  const std::string model = "flux1-schnell-tiny";
+  std::ifstream idx(test::fixture_path("goldens/" + model + "/index.json"));
+  if (!idx) GTEST_SKIP() << "missing pipeline goldens";
+  const std::string name = nlohmann::json::parse(idx)["cases"][0];
+  const std::string dir = "goldens/" + model + "/pipeline/" + name + "/f32/";
+  std::ifstream in(test::fixture_path(dir + "manifest.json"));
+  const auto m = nlohmann::json::parse(in);
+  const auto golden = test::load_fixture(dir + "tensors.safetensors");
+  FluxCallOptions call;
+  call.prompt = {m["prompt"].get<std::string>()};
+  call.height = m["height"].get<int64_t>();
+  call.width = m["width"].get<int64_t>();
+  call.num_inference_steps = m["num_inference_steps"].get<int>();
+  call.guidance_scale = m["guidance_scale"].get<double>();
+  call.seed = m["seed"].get<uint64_t>();
+  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  Allocator& dev = backend_for(kXla).allocator(kXla);  // bytes of storages on xla:cpu
+
+  auto full = FluxPipeline::from_pretrained(test::fixture_path(model), {.device = kXla});
+  const int64_t clip = full->text_encoder->parameter_bytes(),
+                t5 = full->text_encoder_2->parameter_bytes(),
+                dit = full->transformer->parameter_bytes(), vae = full->vae->parameter_bytes();
+  const int64_t smallest = std::min(std::min(clip, t5), std::min(dit, vae));
+  EXPECT_GE(dev.stats().current_bytes, clip + t5 + dit + vae);  // pipe.to(device): all at once
+  std::vector<Tensor> base_latents;
+  call.on_step_end = [&](int, int, const Tensor& l) { base_latents.push_back(l.to(Device::cpu())); };
+  const PipelineOutput base = (*full)(call);
+  full.reset();
+
+  const int64_t before = dev.stats().current_bytes;
+  EXPECT_LT(before, smallest);
+  auto pipe = FluxPipeline::from_pretrained(
+      test::fixture_path(model), {.device = kXla, .offload = OffloadMode::model});
+  EXPECT_EQ(pipe->execution_device(), kXla);
+  EXPECT_LT(dev.stats().current_bytes - before, smallest);  // loading leaves nothing there
+  // The text encoders' stage: both uploaded, both freed when it ends.
+  dev.reset_peak();
+  pipe->encode_prompt(call.prompt, call.prompt, 1, call.max_sequence_length);
+  EXPECT_GE(dev.stats().peak_bytes - before, std::max(clip, t5));
+  EXPECT_LT(dev.stats().current_bytes - before, smallest);
+
+  std::vector<Tensor> latents;
+  std::vector<int64_t> during;  // device bytes after each step: the transformer and the latents
+  call.on_step_end = [&](int, int, const Tensor& l) {
+    latents.push_back(l.to(Device::cpu()));
+    during.push_back(dev.stats().current_bytes - before);
+  };
+  reset_xla_stats();
+  const PipelineOutput out = (*pipe)(call);
+  ASSERT_EQ(latents.size(), base_latents.size());
+  for (size_t i = 0; i < latents.size(); ++i) {
+    EXPECT_TRUE(test::bit_equal(latents[i], base_latents[i])) << "step " << i;
+    EXPECT_TRUE(test::activations_close(latents[i], golden.at("latents." + std::to_string(i)),
+                                        DType::f32))
+        << "step " << i;
+    EXPECT_GE(during[i], dit);
+    EXPECT_LT(during[i], dit + smallest);  // text encoders gone, VAE not there yet
+  }
+  EXPECT_TRUE(test::bit_equal(out.image, base.image));
+  EXPECT_EQ(out.images[0].pixels, base.images[0].pixels);
+  EXPECT_LT(dev.stats().current_bytes - before, smallest);  // the VAE freed after decoding
+  EXPECT_TRUE(xla_stats().fallbacks.empty());
+  std::printf("[xla offload] weights: clip %lld, t5 %lld, transformer %lld, vae %lld bytes; on "
+              "the device after step 0: %lld, after the run: %lld\n",
+              (long long)clip, (long long)t5, (long long)dit, (long long)vae,
+              (long long)during[0], (long long)(dev.stats().current_bytes - before));
+}
+
 // The FLUX.1 transformer on xla:cpu against diffusers' goldens (module.to(device)).
 TEST_F(Xla, FluxTransformerMatchesDiffusers) {
   for (DType dt : {DType::f32, DType::bf16}) {
@@ -226,6 +359,24 @@ TEST_F(Xla, FluxTransformerMatchesDiffusers) {
     test::expect_all_match(g.outputs, {{"sample", compiled.to(Device::cpu())}}, dt, "compiled");
     EXPECT_GE(xla_stats().graph_compiles, 2);
     EXPECT_TRUE(xla_stats().fallbacks.empty());
+    // Regional: one executable per repeated block class (double, single), each block's weights
+    // as its inputs; the second forward compiles nothing.
+    model->reset_compile();
+    model->compile_repeated_blocks(copt);
+    const int64_t blocks = int64_t(model->repeated_block_modules().size());
+    for (int pass = 0; pass < 2; ++pass) {
+      reset_xla_stats();
+      const Tensor regional = model->forward(in);
+      test::expect_all_match(g.outputs, {{"sample", regional.to(Device::cpu())}}, dt, "regional");
+      const XlaStats rs = xla_stats();
+      EXPECT_EQ(rs.graph_compiles, pass == 0 ? 2 : 0) << "pass " << pass;
+      EXPECT_EQ(rs.graph_runs, blocks);
+      EXPECT_TRUE(rs.fallbacks.empty());
+    }
+    const auto programs = model->compiled_programs();
+    EXPECT_EQ(programs.size(), 2u);
+    for (const auto& [cls, n] : programs) EXPECT_EQ(n, 1) << cls;
+    model->reset_compile();
   }
 }
 

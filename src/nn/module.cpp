@@ -8,6 +8,7 @@
 #include <typeinfo>
 
 #include "ops/copy.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/graph_plan.h"
 
@@ -51,6 +52,7 @@ int64_t Module::parameter_count() const {
 void Module::to(const Device& device) {
   for (const Parameter& p : named_parameters())
     if (p.slot->defined()) *p.slot = p.slot->to(device);
+  set_compile_backend(backend_for(device).name());
 }
 
 int64_t Module::parameter_bytes() const {
@@ -145,6 +147,24 @@ std::vector<Module*> Module::repeated_block_modules() {
   };
   if (!wanted.empty()) walk(*this);
   return out;
+}
+
+void Module::set_compile_backend(const std::string& backend) {
+  std::map<const CompiledFunction*, std::shared_ptr<CompiledFunction>> made;  // shared per class
+  std::function<void(Module&)> walk = [&](Module& m) {
+    if (m.compiled_ && m.compiled_->options().backend != backend) {
+      auto& fresh = made[m.compiled_.get()];
+      if (!fresh) {
+        CompileOptions o = m.compiled_->options();
+        o.backend = backend;
+        validate_compile_options(o);
+        fresh = std::make_shared<CompiledFunction>(m.compiled_->name(), o, m.compiled_->regional());
+      }
+      m.compiled_ = fresh;
+    }
+    for (auto& [name, child] : m.children_) walk(*child);
+  };
+  walk(*this);
 }
 
 void Module::reset_compile() {

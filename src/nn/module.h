@@ -90,6 +90,9 @@ class Module {
   void compile_repeated_blocks(const CompileOptions& options = {});
   // Back to eager: forgets compile() and compile_repeated_blocks() on this tree.
   void reset_compile();
+  // Programs of this tree compiled for another backend are made anew for `backend` (same
+  // whole/regional choice): a model moved to an XLA device runs its programs there.
+  void set_compile_backend(const std::string& backend);
   // diffusers' _repeated_blocks: the block classes regional compilation compiles.
   virtual std::vector<std::string> repeated_blocks() const { return {}; }
   // The descendants whose class is in repeated_blocks(), in registration (execution) order;

@@ -1,6 +1,7 @@
 #include "pipelines/diffusion_pipeline.h"
 
 #include "ops/linalg.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/primitive.h"
 
@@ -53,14 +54,18 @@ void DiffusionPipeline::adopt(Module& model, const std::string& name) {
 }
 
 void DiffusionPipeline::finish_loading(const PipelineLoadOptions& opt) {
-  if (opt.offload == OffloadMode::model) enable_model_cpu_offload(opt.offload_device);
-  if (opt.offload == OffloadMode::sequential) enable_sequential_cpu_offload(opt.offload_device);
-  // Without offload, every model lives on the pipeline's device (pipe.to(device)).
-  TESSERA_CHECK(opt.offload == OffloadMode::none || device_ == Device::cpu() ||
-                    device_.type == DeviceType::cuda,
-                "[", class_name_, "] offload onto ", device_.str(), " is not supported yet");
+  // Offload runs on the device asked for (else the detected one): weights move there per stage.
+  std::optional<Device> onto = opt.offload_device;
+  if (!onto && opt.device != Device::cpu()) onto = opt.device;
+  if (opt.offload == OffloadMode::model) enable_model_cpu_offload(onto);
+  if (opt.offload == OffloadMode::sequential) enable_sequential_cpu_offload(onto);
+  // Without offload, every model lives on the pipeline's device (pipe.to(device)); under
+  // offload each model's weights go there only while it runs (OffloadScope).
   if (opt.offload == OffloadMode::none && device_ != Device::cpu())
     for (auto& m : models_) m.model->to(device_);
+  // Programs (TESSERA_COMPILE) run where the weights and inputs are.
+  if (device_ != Device::cpu())
+    for (auto& m : models_) m.model->set_compile_backend(backend_for(device_).name());
   load_memory_ = loading_->meter.finish();
   loading_.reset();
 }
@@ -119,10 +124,12 @@ void DiffusionPipeline::enable_model_cpu_offload(std::optional<Device> device) {
   device_ = resolve_offload_device(device);
   offload_ = OffloadMode::model;
   release_all_weights();
+  for (auto& m : models_) m.weights->set_device(device_);
 }
 
 void DiffusionPipeline::enable_sequential_cpu_offload(std::optional<Device> device) {
   device_ = resolve_offload_device(device);
+  for (auto& m : models_) m.weights->set_device(device_);
   if (offload_ == OffloadMode::sequential) return;
   offload_ = OffloadMode::sequential;
   release_all_weights();

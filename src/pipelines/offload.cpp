@@ -62,7 +62,10 @@ void WeightSet::materialise() {
       set_eager_mode(EagerMode::DeferNever);
       switched = true;
     }
-    *e.slot = astype(e.source, e.dtype);
+    Tensor w = astype(e.source, e.dtype);
+    // Onto the execution device (an XLA device: uploaded now, freed when the slot is cleared).
+    if (w.device() != device_) w = w.to(device_);
+    *e.slot = std::move(w);
     read += int64_t(e.source.nbytes());
   }
   if (switched) set_eager_mode(mode);
@@ -168,8 +171,11 @@ void OffloadedModel::stream_blocks(const std::vector<Module*>& blocks) {
   }
   rest_.release();
   const std::vector<WeightSet::Entry> all = rest_.entries();
+  const Device device = rest_.device();
   rest_ = WeightSet(false);
+  rest_.set_device(device);
   streamed->sets.assign(blocks.size(), WeightSet(false));
+  for (auto& s : streamed->sets) s.set_device(device);
   for (const auto& e : all) {
     auto it = owner.find(e.slot);
     (it == owner.end() ? rest_ : streamed->sets[it->second]).add(e);
@@ -186,6 +192,12 @@ OffloadedModel::~OffloadedModel() {
   if (blocks_)
     for (auto& b : blocks_->sets)
       if (b.materialised()) note_weights_released(b.bytes());
+}
+
+void OffloadedModel::set_device(const Device& d) {
+  rest_.set_device(d);
+  if (blocks_)
+    for (auto& b : blocks_->sets) b.set_device(d);
 }
 
 void OffloadedModel::materialise() {

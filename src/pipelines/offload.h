@@ -36,8 +36,11 @@ class WeightSet {
   bool empty() const { return entries_.empty(); }
   int64_t bytes() const { return bytes_; }  // in the run dtype
   bool materialised() const { return materialised_; }
+  // Where materialise() puts the weights (the execution device; default the CPU).
+  void set_device(const Device& d) { device_ = d; }
+  const Device& device() const { return device_; }
   // Fills every slot (zero-copy when the dtype matches, else converted now, even in deferred
-  // mode) and counts the bytes as materialised and read.
+  // mode; on another device, uploaded there) and counts the bytes as materialised and read.
   void materialise();
   // Clears every slot and drops the mapped pages of the sources from this process.
   void release();
@@ -48,6 +51,7 @@ class WeightSet {
   std::vector<Entry> entries_;
   int64_t bytes_ = 0;
   bool materialised_ = true;  // load_weights filled the slots
+  Device device_ = Device::cpu();
 };
 
 // Records every parameter that load_weights fills on this thread while it is alive.
@@ -81,6 +85,8 @@ class OffloadedModel {
   // hook that streams them: block i materialised before its forward, block i+1 prefetched, block
   // i released after.
   void stream_blocks(const std::vector<Module*>& blocks);
+  // The device the weights are materialised on (pipe.enable_model_cpu_offload(device)).
+  void set_device(const Device& d);
   void materialise();  // everything not streamed
   void release();      // everything
   int64_t bytes() const;

@@ -91,6 +91,10 @@ const EnvSpec kTable[] = {
     {EnvVar::xla_graphs, "TESSERA_XLA_GRAPHS", K::flag, "1", 0, "",
      "XLA devices run a deferred segment or compiled program as one executable (0: op by op)",
      "decision 0033"},
+    {EnvVar::xla_donate, "TESSERA_XLA_DONATE", K::flag, "1", 0, "",
+     "XLA devices donate a buffer whose contents are dead to the result that replaces it (0: "
+     "every result gets a new buffer)",
+     "decision 0050"},
     {EnvVar::xla_setup, "TESSERA_XLA", K::flag, "1", 0, "",
      "scripts/setup.sh: install the XLA CPU plugin (0: skip it; the XLA backend is not built)",
      "decision 0030", "scripts/setup_xla.sh"},

@@ -44,6 +44,7 @@ enum class EnvVar {
   libtpu_path,
   xla_fallback,
   xla_graphs,
+  xla_donate,
   xla_setup,
   libtpu_setup,
   xla_dir,

@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 #include <pjrt_c_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -34,6 +36,10 @@ std::string error_text(const PJRT_Api* api, PJRT_Error* err) {
   api->PJRT_Error_Destroy(&d);
   return s;
 }
+
+// The buffer byte counters of every client (PjrtClient::buffer_bytes).
+std::mutex g_bytes_mu;
+PjrtClient::BufferBytes g_bytes;
 
 }  // namespace
 
@@ -156,7 +162,56 @@ PJRT_Buffer* PjrtClient::upload_bytes(const void* data, size_t nbytes, int devic
   a.device = devices_[size_t(device)];
   check(api_->PJRT_Client_BufferFromHostBuffer(&a), "PJRT_Client_BufferFromHostBuffer");
   if (a.done_with_host_buffer) await(a.done_with_host_buffer, "an upload");
+  note_buffer(a.buffer, int64_t(nbytes));
   return a.buffer;
+}
+
+void PjrtClient::note_buffer(PJRT_Buffer* buf, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_bytes_mu);
+  buffer_size_[buf] = bytes;
+  g_bytes.live += bytes;
+  g_bytes.buffers++;
+  g_bytes.peak = std::max(g_bytes.peak, g_bytes.live);
+}
+
+int64_t PjrtClient::forget_buffer(PJRT_Buffer* buf) {
+  std::lock_guard<std::mutex> lock(g_bytes_mu);
+  auto it = buffer_size_.find(buf);
+  if (it == buffer_size_.end()) return 0;
+  const int64_t n = it->second;
+  buffer_size_.erase(it);
+  g_bytes.live -= n;
+  g_bytes.buffers--;
+  return n;
+}
+
+PjrtClient::BufferBytes PjrtClient::buffer_bytes() {
+  std::lock_guard<std::mutex> lock(g_bytes_mu);
+  return g_bytes;
+}
+
+void PjrtClient::reset_buffer_stats() {
+  std::lock_guard<std::mutex> lock(g_bytes_mu);
+  g_bytes.peak = g_bytes.live;
+  g_bytes.donated = 0;
+}
+
+bool PjrtClient::is_deleted(PJRT_Buffer* buf) {
+  auto a = PJRT_ARGS(PJRT_Buffer_IsDeleted_Args);
+  a.buffer = buf;
+  check(api_->PJRT_Buffer_IsDeleted(&a), "PJRT_Buffer_IsDeleted");
+  return a.is_deleted;
+}
+
+int64_t PjrtClient::plugin_bytes_in_use(int device) {
+  if (device < 0 || size_t(device) >= devices_.size()) return -1;
+  auto a = PJRT_ARGS(PJRT_Device_MemoryStats_Args);
+  a.device = devices_[size_t(device)];
+  if (PJRT_Error* e = api_->PJRT_Device_MemoryStats(&a)) {  // the CPU plugin: UNIMPLEMENTED
+    error_text(api_, e);
+    return -1;
+  }
+  return a.bytes_in_use;
 }
 
 void PjrtClient::download(PJRT_Buffer* buf, void* dst, size_t nbytes) {
@@ -170,6 +225,7 @@ void PjrtClient::download(PJRT_Buffer* buf, void* dst, size_t nbytes) {
 
 void PjrtClient::destroy(PJRT_Buffer* buf) {
   if (!buf) return;
+  forget_buffer(buf);
   auto a = PJRT_ARGS(PJRT_Buffer_Destroy_Args);
   a.buffer = buf;
   if (PJRT_Error* e = api_->PJRT_Buffer_Destroy(&a)) error_text(api_, e);
@@ -177,10 +233,18 @@ void PjrtClient::destroy(PJRT_Buffer* buf) {
 
 std::vector<PJRT_Buffer*> PjrtClient::execute(const PjrtExecutable& exe,
                                               const std::vector<PJRT_Buffer*>& args,
-                                              size_t num_outputs, PJRT_Event** done) {
+                                              const std::vector<size_t>& out_bytes,
+                                              const std::vector<int>& donated, PJRT_Event** done) {
   PJRT_ExecuteOptions opts{};
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
-  std::vector<PJRT_Buffer*> outs(num_outputs, nullptr);
+  // Only the args we donate may be reused: a buffer still referenced is never given away.
+  std::vector<int64_t> keep;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (std::find(donated.begin(), donated.end(), int(i)) == donated.end())
+      keep.push_back(int64_t(i));
+  opts.non_donatable_input_indices = keep.data();
+  opts.num_non_donatable_input_indices = keep.size();
+  std::vector<PJRT_Buffer*> outs(out_bytes.size(), nullptr);
   PJRT_Buffer* const* arg_list = args.data();
   PJRT_Buffer** out_list = outs.data();
   PJRT_Event* event = nullptr;
@@ -194,6 +258,17 @@ std::vector<PJRT_Buffer*> PjrtClient::execute(const PjrtExecutable& exe,
   a.device_complete_events = &event;
   check(api_->PJRT_LoadedExecutable_Execute(&a), "PJRT_LoadedExecutable_Execute");
   *done = event;
+  // A donated input the plugin took is deleted now: its bytes became a result's.
+  for (int i : donated) {
+    if (!is_deleted(args[size_t(i)])) continue;
+    std::lock_guard<std::mutex> lock(g_bytes_mu);
+    auto it = buffer_size_.find(args[size_t(i)]);
+    if (it == buffer_size_.end()) continue;
+    g_bytes.live -= it->second;
+    g_bytes.donated += it->second;
+    it->second = 0;
+  }
+  for (size_t q = 0; q < outs.size(); ++q) note_buffer(outs[q], int64_t(out_bytes[q]));
   return outs;
 }
 

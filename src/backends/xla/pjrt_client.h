@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 struct PJRT_Api;
@@ -52,20 +53,40 @@ class PjrtClient {
   // The whole buffer into `dst` (waits for the buffer's producer).
   void download(PJRT_Buffer* buf, void* dst, size_t nbytes);
   void destroy(PJRT_Buffer* buf);
-  // Runs `exe` on `args`; returns `num_outputs` new buffers and the completion event.
+  // Runs `exe` on `args`; returns one new buffer per entry of `out_bytes` (its size) and the
+  // completion event. `donated`: indices of args whose buffer the executable may reuse for an
+  // output (aliased in its module); every other arg is passed as non-donatable. A donated
+  // buffer is dead afterwards (only destroy() may follow).
   std::vector<PJRT_Buffer*> execute(const PjrtExecutable& exe,
-                                    const std::vector<PJRT_Buffer*>& args, size_t num_outputs,
-                                    PJRT_Event** done);
+                                    const std::vector<PJRT_Buffer*>& args,
+                                    const std::vector<size_t>& out_bytes,
+                                    const std::vector<int>& donated, PJRT_Event** done);
   // Waits for `e`, destroys it and throws the error it carries, if any.
   void await(PJRT_Event* e, const char* what);
+  bool is_deleted(PJRT_Buffer* buf);
+
+  // Bytes of the live buffers of every client (uploads and results, less destroyed and donated
+  // ones): the device memory tessera holds, whether or not the plugin reports memory stats.
+  struct BufferBytes {
+    int64_t live = 0, peak = 0;
+    int64_t donated = 0;  // bytes of inputs the plugin reused for a result (confirmed)
+    int64_t buffers = 0;  // live buffers
+  };
+  static BufferBytes buffer_bytes();
+  static void reset_buffer_stats();  // peak = live, donated = 0
+  // The plugin's own device memory counter (PJRT_Device_MemoryStats), or -1 when it has none.
+  int64_t plugin_bytes_in_use(int device);
 
  private:
   void check(void* err, const char* call);
+  void note_buffer(PJRT_Buffer* buf, int64_t bytes);  // a new buffer of this client
+  int64_t forget_buffer(PJRT_Buffer* buf);             // its bytes (0: unknown or donated)
   std::string plugin_path_, platform_;
   void* dl_ = nullptr;
   const PJRT_Api* api_ = nullptr;
   PJRT_Client* client_ = nullptr;
   std::vector<PJRT_Device*> devices_;
+  std::unordered_map<PJRT_Buffer*, int64_t> buffer_size_;  // live buffers; donated ones: 0
 };
 
 // The default plugin for a platform: TESSERA_PJRT_PLUGIN (cpu), TESSERA_PJRT_CUDA_PLUGIN (cuda),

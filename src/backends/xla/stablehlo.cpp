@@ -253,10 +253,14 @@ Val Hlo::dynamic_update_slice(const Val& x, const Val& update, const std::vector
   return op("dynamic_update_slice", args, "", x.shape, x.et);
 }
 
-std::string Hlo::module(const std::vector<Val>& results) const {
+std::string Hlo::module(const std::vector<Val>& results,
+                        const std::vector<std::pair<size_t, size_t>>& aliases) const {
   std::string s = "module @tessera {\n  func.func public @main(";
-  for (size_t i = 0; i < params_.size(); ++i)
+  for (size_t i = 0; i < params_.size(); ++i) {
     s += (i ? ", " : "") + params_[i].id + ": " + tensor_type(params_[i].shape, params_[i].et);
+    for (const auto& [p, r] : aliases)
+      if (p == i) s += " {tf.aliasing_output = " + std::to_string(r) + " : i32}";
+  }
   s += ") -> (";
   std::string ret_ids, ret_types;
   for (size_t i = 0; i < results.size(); ++i) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/dtype.h"
@@ -56,8 +57,10 @@ class Hlo {
   Val iota(const Shape& shape, int64_t dim, const std::string& et);
   Val dynamic_update_slice(const Val& x, const Val& update, const std::vector<int64_t>& start);
 
-  // The module text with `results` returned by @main.
-  std::string module(const std::vector<Val>& results) const;
+  // The module text with `results` returned by @main. `aliases`: (param, result) pairs whose
+  // buffers may be shared (tf.aliasing_output): a donated param's buffer becomes the result.
+  std::string module(const std::vector<Val>& results,
+                     const std::vector<std::pair<size_t, size_t>>& aliases = {}) const;
   size_t num_params() const { return params_.size(); }
 
  private:

@@ -1,6 +1,7 @@
 #include "backends/xla/xla_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -28,6 +29,13 @@ using xla::Val;
 std::mutex g_stats_mu;
 XlaStats g_stats;
 std::string g_last_module;
+// Buffer donation (decision 0050): TESSERA_XLA_DONATE, read once; set_xla_donation for tests.
+std::atomic<int> g_donate{-1};
+bool donation_on() {
+  int v = g_donate.load();
+  if (v < 0) g_donate = v = env::flag(EnvVar::xla_donate) ? 1 : 0;
+  return v == 1;
+}
 
 // A storage's block on an XLA device: one u8[nbytes] PJRT buffer (null until first written).
 // Bytes keep a storage's dtype free, as on the CPU: programs bitcast them to each view's dtype.
@@ -285,7 +293,8 @@ class XlaBackend final : public Backend {
   struct Entry {
     std::shared_ptr<PjrtExecutable> exe;  // null: no lowering, run through the fallback
     std::vector<int> byte_params;         // per param: which input (>= 0) or ~output (< 0)
-    size_t num_outputs = 0;
+    std::vector<size_t> out_bytes;        // per result: its storage's bytes
+    std::vector<int> donated;             // params whose buffer a result reuses
   };
 
   DeviceType type_;
@@ -412,9 +421,28 @@ class XlaGraph final : public GraphKernel {
     for (const auto& s : ext) key += std::to_string(s ? s->nbytes() : 0) + ',';
     if (ext_off)
       for (int64_t o : *ext_off) key += std::to_string(o) + ';';
+    // External inputs sharing a storage are one parameter. A storage referenced only by `ext`
+    // (the executor's own handles: no tensor, pending output or program holds it) is dead
+    // after this run, so its buffer is donated to a result of its size (decision 0050).
+    Sharing sh;
+    sh.first.resize(ext.size());
+    sh.dead.assign(ext.size(), 0);
+    for (size_t e = 0; e < ext.size(); ++e) {
+      sh.first[e] = int64_t(e);
+      for (size_t j = 0; j < e; ++j)
+        if (ext[j] == ext[e]) {
+          sh.first[e] = int64_t(j);
+          break;
+        }
+      if (sh.first[e] != int64_t(e) || !ext[e]) continue;
+      const long uses = long(std::count(ext.begin(), ext.end(), ext[e]));
+      sh.dead[e] = donation_on() && ext[e].use_count() == uses;
+    }
+    for (size_t e = 0; e < ext.size(); ++e)
+      key += std::to_string(sh.first[e]) + (sh.dead[e] ? "d" : "") + ' ';
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      auto c = build(&ext, ext_off, &key);
+      auto c = build(&ext, ext_off, &key, &sh);
       TESSERA_CHECK(c, "[xla] a segment stopped lowering");
       it = cache_.emplace(key, std::move(*c)).first;
     } else {
@@ -436,7 +464,7 @@ class XlaGraph final : public GraphKernel {
       args.push_back(b.buf);
     }
     PJRT_Event* done = nullptr;
-    std::vector<PJRT_Buffer*> res = cl.execute(*c.exe, args, c.out_values.size(), &done);
+    std::vector<PJRT_Buffer*> res = cl.execute(*c.exe, args, c.out_bytes, c.donated, &done);
     be_.track_event(cl, done);
     for (size_t q = 0; q < res.size(); ++q) {
       auto st = Storage::allocate(c.out_bytes[q], dev);
@@ -457,12 +485,19 @@ class XlaGraph final : public GraphKernel {
     std::vector<Param> params;
     std::vector<int64_t> out_values;
     std::vector<size_t> out_bytes;
+    std::vector<int> donated;  // params whose buffer a result reuses
     Device device;
+  };
+  // Per external input: the first input of its storage, and whether that storage is dead.
+  struct Sharing {
+    std::vector<int64_t> first;
+    std::vector<char> dead;
   };
 
   // The module for these external storages (null: only check that every step lowers).
   std::unique_ptr<Compiled> build(const std::vector<std::shared_ptr<Storage>>* ext,
-                                  const std::vector<int64_t>* ext_off, const std::string* key) {
+                                  const std::vector<int64_t>* ext_off, const std::string* key,
+                                  const Sharing* sh = nullptr) {
     auto c = std::make_unique<Compiled>();
     Hlo h;
     std::map<int64_t, Val> ext_bytes;
@@ -494,13 +529,14 @@ class XlaGraph final : public GraphKernel {
             auto impl = std::make_shared<TensorImpl>(*view.impl());
             if (ext_off) impl->offset += (*ext_off)[size_t(e)];
             view = Tensor(impl);
-            auto it = ext_bytes.find(e);
+            const int64_t rep = sh ? sh->first[size_t(e)] : e;  // one parameter per storage
+            auto it = ext_bytes.find(rep);
             if (it == ext_bytes.end()) {
               const int64_t n = ext ? int64_t((*ext)[size_t(e)]->nbytes())
                                     : (view.offset() + 1) * int64_t(dtype_size(view.dtype())) +
                                           extent_bytes(view);
-              it = ext_bytes.emplace(e, h.param({n}, "ui8")).first;
-              c->params.push_back({e, -1, -1});
+              it = ext_bytes.emplace(rep, h.param({n}, "ui8")).first;
+              c->params.push_back({rep, -1, -1});
             }
             bytes = it->second;
           } else {
@@ -531,7 +567,22 @@ class XlaGraph final : public GraphKernel {
       c->out_values.push_back(v);
       c->out_bytes.push_back(size_t(shape_numel(val.shape)) * dtype_size(vdt[v]));
     }
-    const std::string text = h.module(rets);
+    // Each dead external storage gives its buffer to a result of the same size.
+    std::vector<std::pair<size_t, size_t>> aliases;
+    std::vector<char> result_taken(rets.size(), 0);
+    for (size_t pi = 0; sh && pi < c->params.size(); ++pi) {
+      const Param& p = c->params[pi];
+      if (p.ext < 0 || !sh->dead[size_t(p.ext)]) continue;
+      const size_t n = (*ext)[size_t(p.ext)]->nbytes();
+      for (size_t q = 0; q < rets.size(); ++q)
+        if (!result_taken[q] && c->out_bytes[q] == n) {
+          result_taken[q] = 1;
+          aliases.push_back({pi, q});
+          c->donated.push_back(int(pi));
+          break;
+        }
+    }
+    const std::string text = h.module(rets, aliases);
     const auto t0 = std::chrono::steady_clock::now();
     try {
       c->exe = be_.compile(be_.client_of(c->device), text);
@@ -587,6 +638,24 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
   }
   key += "->";
   for (const Tensor& t : outs) add_view_key(key, t);
+  // One parameter per distinct storage (a buffer passed twice could not be donated), and
+  // whether each output's storage holds bytes already: those bytes are replaced by the result,
+  // so their buffer is donated to it (written in place, decision 0050).
+  std::vector<const Storage*> st;
+  for (const Tensor& t : ins) st.push_back(t.defined() ? t.storage().get() : nullptr);
+  for (const Tensor& t : outs) st.push_back(t.storage().get());
+  std::vector<int> first(st.size());
+  for (size_t i = 0; i < st.size(); ++i) {
+    first[i] = int(i);
+    for (size_t j = 0; j < i; ++j)
+      if (st[i] && st[j] == st[i]) {
+        first[i] = int(j);
+        break;
+      }
+    key += std::to_string(first[i]) + ',';
+  }
+  const bool donate = donation_on();
+  for (const Tensor& t : outs) key += donate && block_of(*t.storage()).buf ? 'w' : 'n';
 
   auto it = cache_.find(key);
   if (it == cache_.end()) {
@@ -595,14 +664,22 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
     std::vector<Val> vals;
     std::vector<DType> dts;
     std::vector<TensorSpec> specs;
+    std::map<int, Val> param_of;  // first tensor of a storage -> its bytes parameter
+    std::map<int, size_t> param_index;
+    auto bytes_param = [&](int k, int64_t nbytes, int tensor) {
+      auto pit = param_of.find(first[size_t(k)]);
+      if (pit != param_of.end()) return pit->second;
+      param_index[first[size_t(k)]] = e.byte_params.size();
+      e.byte_params.push_back(tensor);
+      return param_of[first[size_t(k)]] = h.param({nbytes}, "ui8");
+    };
     bool ok = true;
     for (size_t i = 0; i < ins.size() && ok; ++i) {
       if (!ins[i].defined()) {
         ok = false;
         break;
       }
-      Val bytes = h.param({int64_t(ins[i].storage()->nbytes())}, "ui8");
-      e.byte_params.push_back(int(i));
+      Val bytes = bytes_param(int(i), int64_t(ins[i].storage()->nbytes()), int(i));
       Val v;
       ok = view_value(h, ins[i], bytes, v);
       vals.push_back(v);
@@ -611,22 +688,36 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
     for (const Tensor& t : outs) specs.push_back({t.shape(), t.dtype()});
     std::vector<Val> results;
     ok = ok && xla::lower(h, p, vals, dts, specs, results);
+    std::vector<std::pair<size_t, size_t>> aliases;
     if (ok) {
       std::vector<Val> rets;
       for (size_t q = 0; q < outs.size(); ++q) {
         const Tensor& o = outs[q];
         const int64_t n = o.numel(), es = int64_t(dtype_size(o.dtype()));
+        const int k = int(ins.size() + q);
         Val b = to_bytes(h, results[q], o.dtype());
         const int64_t sb = int64_t(o.storage()->nbytes());
-        if (o.offset() != 0 || n * es != sb) {  // a part of its storage: update the old bytes
-          Val old = h.param({sb}, "ui8");
-          e.byte_params.push_back(~int(q));
+        const bool part = o.offset() != 0 || n * es != sb;
+        if (part) {  // a part of its storage: update the old bytes
+          Val old = bytes_param(k, sb, ~int(q));
           b = h.dynamic_update_slice(old, b, {o.offset() * es});
         }
+        // The storage's old bytes (read as an input, updated, or only overwritten) give their
+        // buffer to the result: the one buffer of that storage is replaced by it anyway.
+        if (donate && (part || block_of(*o.storage()).buf)) {
+          bytes_param(k, sb, ~int(q));
+          const size_t pi = param_index[first[size_t(k)]];
+          bool taken = false;
+          for (const auto& a : aliases) taken = taken || a.first == pi;
+          if (!taken) {
+            aliases.push_back({pi, q});
+            e.donated.push_back(int(pi));
+          }
+        }
         rets.push_back(b);
+        e.out_bytes.push_back(size_t(sb));
       }
-      e.num_outputs = rets.size();
-      const std::string text = h.module(rets);
+      const std::string text = h.module(rets, aliases);
       const auto t0 = std::chrono::steady_clock::now();
       try {
         e.exe = compile(c, text);
@@ -665,7 +756,7 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
     args.push_back(b.buf);
   }
   PJRT_Event* done = nullptr;
-  std::vector<PJRT_Buffer*> res = c.execute(*e.exe, args, e.num_outputs, &done);
+  std::vector<PJRT_Buffer*> res = c.execute(*e.exe, args, e.out_bytes, e.donated, &done);
   track(c, done);
   for (size_t q = 0; q < outs.size(); ++q) {
     Block& b = block_of(*outs[q].storage());
@@ -715,12 +806,31 @@ std::unique_ptr<Backend> make_xla_backend(DeviceType type) {
 }
 
 XlaStats xla_stats() {
-  std::lock_guard<std::mutex> lock(g_stats_mu);
-  return g_stats;
+  XlaStats s;
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    s = g_stats;
+  }
+  const auto b = xla::PjrtClient::buffer_bytes();
+  s.live_bytes = b.live;
+  s.peak_bytes = b.peak;
+  s.donated_bytes = b.donated;
+  s.live_buffers = b.buffers;
+  return s;
 }
 void reset_xla_stats() {
-  std::lock_guard<std::mutex> lock(g_stats_mu);
-  g_stats = XlaStats();
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats = XlaStats();
+  }
+  xla::PjrtClient::reset_buffer_stats();
+}
+void set_xla_donation(bool on) {
+  g_donate = on ? 1 : 0;
+}
+int64_t xla_plugin_bytes_in_use(const Device& d) {
+  auto& be = backend_for(d);
+  return static_cast<XlaBackend&>(be).client_of(d).plugin_bytes_in_use(d.index);
 }
 std::string xla_last_module() {
   std::lock_guard<std::mutex> lock(g_stats_mu);

@@ -26,9 +26,16 @@ struct XlaStats {
   int64_t module_hits = 0;  // modules found compiled already (same text)
   // Ops run on the CPU through host copies (no lowering), by primitive name (decision 0032).
   std::map<std::string, int64_t> fallbacks;
+  // Device buffers held (every XLA client): bytes now, their high-water mark since the last
+  // reset, bytes of inputs donated to a result since then (decision 0050), buffers now.
+  int64_t live_bytes = 0, peak_bytes = 0, donated_bytes = 0, live_buffers = 0;
 };
 XlaStats xla_stats();
-void reset_xla_stats();
+void reset_xla_stats();  // counters to 0, peak_bytes to live_bytes
+// Buffer donation on or off (default: TESSERA_XLA_DONATE); executables compiled either way stay.
+void set_xla_donation(bool on);
+// The plugin's own bytes-in-use for device `d` (PJRT_Device_MemoryStats), -1 when it has none.
+int64_t xla_plugin_bytes_in_use(const Device& d);
 // The StableHLO text of the last module compiled (for error reports and tests).
 std::string xla_last_module();
 
