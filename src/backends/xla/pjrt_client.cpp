@@ -1,9 +1,12 @@
 #include "backends/xla/pjrt_client.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <pjrt_c_api.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -67,6 +70,33 @@ std::string named_values(const PJRT_NamedValue* v, size_t n) {
   return s;
 }
 
+// libtpu logs several lines about missing cloud metadata (accelerator type, worker hostnames)
+// while it loads and initialises off Google Cloud; its errors come back through PJRT_Error, so
+// stderr is muted around those calls unless the user asked for all logs (TF_CPP_MIN_LOG_LEVEL=0).
+class MutedStderr {
+ public:
+  explicit MutedStderr(bool on) {
+    const char* level = std::getenv("TF_CPP_MIN_LOG_LEVEL");
+    if (!on || (level && std::string(level) == "0")) return;
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved_ < 0 || null < 0 || ::dup2(null, 2) < 0) restore();
+    if (null >= 0) ::close(null);
+  }
+  ~MutedStderr() { restore(); }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  int saved_ = -1;
+};
+
 }  // namespace
 
 PjrtExecutable::~PjrtExecutable() {
@@ -104,6 +134,7 @@ void PjrtClient::load_plugin() {
   // Plugins log INFO lines to stderr (device counts, absl's start-up note): warnings and up only,
   // unless the user set the level.
   setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
+  MutedStderr mute(platform_ == "tpu");
   dl_ = dlopen(plugin_path_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl_) {
     const char* why = dlerror();
@@ -188,7 +219,12 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
   auto c = PJRT_ARGS(PJRT_Client_Create_Args);
   c.create_options = opts.data();
   c.num_options = opts.size();
-  if (PJRT_Error* e = api_->PJRT_Client_Create(&c)) {
+  PJRT_Error* create_error;
+  {
+    MutedStderr mute(platform == "tpu");
+    create_error = api_->PJRT_Client_Create(&c);
+  }
+  if (PJRT_Error* e = create_error) {
     std::string msg = error_text(api_, e);
     if (msg.find("No jellyfish device") != std::string::npos ||
         msg.find("No visible GPU") != std::string::npos)
