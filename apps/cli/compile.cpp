@@ -127,6 +127,8 @@ int run_compile(const CompileCliOptions& o) {
     } else {
       std::printf("  memory: the plugin reports no memory statistics\n");
     }
+    if (p.has_memory && p.peak_bytes > 0)
+      std::printf("  XLA's own peak estimate: %s\n", gib(p.peak_bytes).c_str());
     std::printf("  cache: %s\n", p.cache_file.c_str());
     rep["programs"].push_back({{"ops", p.ops},
                                {"compile_seconds", p.compile_seconds},
