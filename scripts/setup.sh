@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs every system dependency tessera needs from Debian 12's packages. Idempotent: only
 # missing packages are installed, so a second run does nothing.
+# --with-libtpu (or TESSERA_LIBTPU=1): also install the pinned libtpu wheel from PyPI into
+# ~/.cache/tessera/xla/libtpu (Google's terms; never in the repository), for TPU devices and
+# `tessera compile --target tpu:...` without a TPU.
 set -euo pipefail
+for arg in "$@"; do
+  case "$arg" in
+    --with-libtpu) export TESSERA_LIBTPU=1 ;;
+    *) echo "setup: unknown option '$arg' (expected --with-libtpu)" >&2; exit 2 ;;
+  esac
+done
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3
   ccache                                 # scripts/build.sh reuses earlier compiles when present

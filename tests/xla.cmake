@@ -7,7 +7,8 @@ foreach(t ${_tessera_tests})
   set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT TESSERA_PJRT_PLUGIN=none)
 endforeach()
 if(PJRT_C_API_INCLUDE_DIR)
-  add_test(NAME xla_backend COMMAND tessera_tests --gtest_filter=Xla*:-Xla.EveryConformanceFamilyIsLowered)
+  add_test(NAME xla_backend COMMAND tessera_tests
+           --gtest_filter=Xla*:-Xla.EveryConformanceFamilyIsLowered:XlaCache.*:XlaAot.*:XlaTpuAot.*)
   set_tests_properties(xla_backend PROPERTIES TIMEOUT 300)
   add_test(NAME xla_conformance
            COMMAND tessera_tests --gtest_filter=conformance/BackendConformance.*:Xla.EveryConformanceFamilyIsLowered)
@@ -69,4 +70,13 @@ if(PJRT_C_API_INCLUDE_DIR)
                    --prompt "a cat" --height 64 --width 64 --steps 2 --seed 0 --device xla:cpu
                    --mode compile -o ${CMAKE_CURRENT_BINARY_DIR}/xla_cli_generate.png)
   set_tests_properties(xla_cli_generate PROPERTIES TIMEOUT 300)
+  # Executables on disk (decision 0045) and tessera compile on xla:cpu (0046): CLI runs.
+  add_test(NAME xla_executable_cache COMMAND tessera_tests --gtest_filter=XlaCache.*:XlaAot.*)
+  set_tests_properties(xla_executable_cache PROPERTIES TIMEOUT 900)
+  # TPU topologies compiled without a TPU: needs libtpu (TESSERA_LIBTPU=1 scripts/setup.sh);
+  # skipped (77) without it.
+  add_test(NAME xla_tpu_aot
+           COMMAND sh -c "p=\${TESSERA_LIBTPU_PATH:-\$HOME/.cache/tessera/xla/libtpu/libtpu/libtpu.so}; [ -f \"\$p\" ] || exit 77; exec \"$0\" --gtest_filter=XlaTpuAot.*"
+                   $<TARGET_FILE:tessera_tests>)
+  set_tests_properties(xla_tpu_aot PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 endif()

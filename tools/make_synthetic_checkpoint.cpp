@@ -263,8 +263,12 @@ void write_shard(const fs::path& path, std::vector<TensorSpec> tensors, uint64_t
 
 // Shards like the published checkpoints: in model order, a new shard when one would pass
 // `max_shard_bytes`; names <stem>-0000i-of-0000N.safetensors plus the index.
+// --configs-only: configs and tokenizers, no weights (ahead-of-time compilation reads shapes only).
+bool g_configs_only = false;
+
 void write_checkpoint(const fs::path& dir, const std::string& stem, const Module& model,
                       size_t max_shard_bytes, uint64_t seed) {
+  if (g_configs_only) return;
   std::vector<std::vector<TensorSpec>> shards(1);
   size_t in_shard = 0, total = 0;
   for (const auto& p : model.named_parameters()) {
@@ -458,6 +462,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--output,-o", output, "folder to write (created)")->required();
   app.add_option("--seed", seed, "seed of the random weights");
+  app.add_flag("--configs-only", tessera::g_configs_only,
+               "write the configs and tokenizers but no weights (for tessera compile)");
   app.add_option("--components", only,
                  "only these (text_encoder text_encoder_2 [text_encoder_3] transformer vae); "
                  "configs always")

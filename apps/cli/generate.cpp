@@ -19,6 +19,9 @@
 #include "runtime/error.h"
 #include "runtime/modes.h"
 #include "runtime/random.h"
+#ifdef TESSERA_HAS_XLA
+#include "backends/xla/xla_backend.h"
+#endif
 
 namespace tessera::cli {
 namespace {
@@ -199,6 +202,16 @@ int run_generate(const GenerateOptions& o) {
         {"memory", memory_json(pipe->load_memory(), out.memory)},
         {"modes", nlohmann::json::parse(mode_stats_json(mode_stats()))},
     };
+#ifdef TESSERA_HAS_XLA
+    // What the XLA devices compiled and what they read from the executable cache (0045).
+    const XlaStats x = xla_stats();
+    r["xla"] = {{"executables_needed", x.compiles + x.graph_compiles},
+                {"plugin_compiles", x.plugin_compiles},
+                {"disk_hits", x.disk_hits},
+                {"disk_writes", x.disk_writes},
+                {"disk_rejected", x.disk_rejected},
+                {"compile_seconds", x.compile_seconds}};
+#endif
     std::ofstream f(o.report);
     TESSERA_CHECK(f && (f << r.dump(2) << "\n"), "cannot write report '", o.report, "'");
   }

@@ -46,7 +46,7 @@ PatchEmbed::PatchEmbed(int64_t sample_size, int64_t p, int64_t in_channels, int6
   register_parameter("pos_embed", &pos_embed, {1, max_size * max_size, dim}, /*optional=*/true);
 }
 
-Tensor PatchEmbed::cropped_pos_embed(int64_t h, int64_t w) const {
+Tensor PatchEmbed::cropped_pos_embed(int64_t h, int64_t w, const Device& device) const {
   const int64_t m = pos_embed_max_size;
   TESSERA_CHECK(h <= m && w <= m, "[PatchEmbed] a latent of ", h, "x", w,
                 " patches is larger than pos_embed_max_size ", m, " (at most ", m * patch_size,
@@ -55,6 +55,8 @@ Tensor PatchEmbed::cropped_pos_embed(int64_t h, int64_t w) const {
   if (!table.defined()) {
     if (!computed_.defined())
       computed_ = sincos_pos_embed_2d(embed_dim, m, base_size).view({1, m * m, embed_dim});
+    // The computed table is host data: moved (once per device) before any traced op reads it.
+    if (computed_.device() != device) computed_ = computed_.to(device);
     table = computed_;
   }
   const int64_t top = (m - h) / 2, left = (m - w) / 2;
@@ -66,7 +68,7 @@ Tensor PatchEmbed::cropped_pos_embed(int64_t h, int64_t w) const {
 Tensor PatchEmbed::operator()(const Tensor& latent) const {
   const int64_t h = latent.dim(2) / patch_size, w = latent.dim(3) / patch_size;
   Tensor x = proj(latent).flatten(2).transpose(1, 2);  // BCHW -> BNC
-  Tensor pos = cropped_pos_embed(h, w);
+  Tensor pos = cropped_pos_embed(h, w, latent.device());
   if (pos.dtype() != x.dtype()) pos = astype(pos, x.dtype());
   return contiguous(astype(x + pos, latent.dtype()));
 }

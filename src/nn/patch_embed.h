@@ -22,7 +22,7 @@ class PatchEmbed : public Module {
   // latent (B, C, H, W) -> (B, H/p * W/p, D) in the latent's dtype, position table added.
   Tensor operator()(const Tensor& latent) const;
   // The table's centre crop for an (h, w) patch grid: (1, h * w, D).
-  Tensor cropped_pos_embed(int64_t h, int64_t w) const;
+  Tensor cropped_pos_embed(int64_t h, int64_t w, const Device& device = Device::cpu()) const;
 
   int64_t patch_size, embed_dim, pos_embed_max_size, base_size;
   Conv2d proj;

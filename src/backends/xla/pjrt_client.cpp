@@ -1,9 +1,13 @@
 #include "backends/xla/pjrt_client.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <pjrt_c_api.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -41,12 +45,88 @@ std::string error_text(const PJRT_Api* api, PJRT_Error* err) {
 std::mutex g_bytes_mu;
 PjrtClient::BufferBytes g_bytes;
 
+// Whether the plugin's function table reaches `field` (older plugins have shorter tables).
+#define PJRT_HAS(api, field) \
+  ((api)->struct_size >= offsetof(PJRT_Api, field) + sizeof(void*) && (api)->field)
+
+std::string named_values(const PJRT_NamedValue* v, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += std::string(v[i].name, v[i].name_size) + '=';
+    switch (v[i].type) {
+      case PJRT_NamedValue_kString:
+        s += std::string(v[i].string_value, v[i].value_size);
+        break;
+      case PJRT_NamedValue_kInt64:
+        s += std::to_string(v[i].int64_value);
+        break;
+      case PJRT_NamedValue_kInt64List:
+        for (size_t k = 0; k < v[i].value_size; ++k)
+          s += (k ? "." : "") + std::to_string(v[i].int64_array_value[k]);
+        break;
+      case PJRT_NamedValue_kFloat:
+        s += std::to_string(v[i].float_value);
+        break;
+      case PJRT_NamedValue_kBool:
+        s += v[i].bool_value ? "true" : "false";
+        break;
+    }
+    s += ' ';
+  }
+  return s;
+}
+
+// libtpu logs several lines about missing cloud metadata (accelerator type, worker hostnames)
+// while it loads and initialises off Google Cloud; its errors come back through PJRT_Error, so
+// stderr is muted around those calls unless the user asked for all logs (TF_CPP_MIN_LOG_LEVEL=0).
+class MutedStderr {
+ public:
+  explicit MutedStderr(bool on) {
+    const char* level = std::getenv("TF_CPP_MIN_LOG_LEVEL");
+    if (!on || (level && std::string(level) == "0")) return;
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved_ < 0 || null < 0 || ::dup2(null, 2) < 0) restore();
+    if (null >= 0) ::close(null);
+  }
+  ~MutedStderr() { restore(); }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  int saved_ = -1;
+};
+
 }  // namespace
 
 PjrtExecutable::~PjrtExecutable() {
-  auto a = PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args);
-  a.executable = exe_;
-  if (PJRT_Error* e = api_->PJRT_LoadedExecutable_Destroy(&a)) error_text(api_, e);
+  if (unloaded_) {
+    auto a = PJRT_ARGS(PJRT_Executable_Destroy_Args);
+    a.executable = unloaded_;
+    if (PJRT_Error* e = api_->PJRT_Executable_Destroy(&a)) error_text(api_, e);
+  }
+  if (exe_) {
+    auto a = PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args);
+    a.executable = exe_;
+    if (PJRT_Error* e = api_->PJRT_LoadedExecutable_Destroy(&a)) error_text(api_, e);
+  }
+}
+
+PJRT_Executable* PjrtExecutable::executable() const {
+  if (!unloaded_ && exe_) {
+    auto a = PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args);
+    a.loaded_executable = exe_;
+    if (PJRT_Error* e = api_->PJRT_LoadedExecutable_GetExecutable(&a))
+      TESSERA_FAIL("[xla] PJRT_LoadedExecutable_GetExecutable failed: ", error_text(api_, e));
+    unloaded_ = a.executable;
+  }
+  return unloaded_;
 }
 
 void PjrtClient::check(void* err, const char* call) {
@@ -55,28 +135,69 @@ void PjrtClient::check(void* err, const char* call) {
                "): ", error_text(api_, static_cast<PJRT_Error*>(err)));
 }
 
-PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform)
-    : plugin_path_(plugin_path), platform_(platform) {
-  if (platform == "tpu") setenv("TPU_SKIP_MDS_QUERY", "1", 0);  // off Google Cloud: no retries
+void PjrtClient::load_plugin() {
+  if (platform_ == "tpu") setenv("TPU_SKIP_MDS_QUERY", "1", 0);  // off Google Cloud: no retries
   // Plugins log INFO lines to stderr (device counts, absl's start-up note): warnings and up only,
   // unless the user set the level.
   setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
-  dl_ = dlopen(plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  MutedStderr mute(platform_ == "tpu");
+  dl_ = dlopen(plugin_path_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl_) {
     const char* why = dlerror();
-    TESSERA_FAIL("[xla] cannot load the PJRT plugin ", plugin_path, ": ", why ? why : "?");
+    TESSERA_FAIL("[xla] cannot load the PJRT plugin ", plugin_path_, ": ", why ? why : "?");
   }
   using GetApi = const PJRT_Api* (*)();
   auto get = reinterpret_cast<GetApi>(dlsym(dl_, "GetPjrtApi"));
-  TESSERA_CHECK(get, "[xla] ", plugin_path, " is not a PJRT plugin (no GetPjrtApi)");
+  TESSERA_CHECK(get, "[xla] ", plugin_path_, " is not a PJRT plugin (no GetPjrtApi)");
   api_ = get();
-  TESSERA_CHECK(api_, "[xla] ", plugin_path, ": GetPjrtApi returned null");
+  TESSERA_CHECK(api_, "[xla] ", plugin_path_, ": GetPjrtApi returned null");
   // Minor versions only add fields (struct_size tells them apart); a major version changes them.
-  TESSERA_CHECK(api_->pjrt_api_version.major_version == PJRT_API_MAJOR, "[xla] ", plugin_path,
+  TESSERA_CHECK(api_->pjrt_api_version.major_version == PJRT_API_MAJOR, "[xla] ", plugin_path_,
                 " has PJRT C API ", api_version(), "; tessera was built for major version ",
                 PJRT_API_MAJOR);
   auto init = PJRT_ARGS(PJRT_Plugin_Initialize_Args);
-  check(api_->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
+  if (PJRT_Error* e = api_->PJRT_Plugin_Initialize(&init)) {
+    const std::string msg = error_text(api_, e);
+    // libtpu lets one process at a time hold the machine's TPUs (a lock file in /tmp).
+    TESSERA_CHECK(msg.find("lockfile") == std::string::npos, "[xla] libtpu is in use by another "
+                  "process on this machine (it holds /tmp/libtpu_lockfile)");
+    TESSERA_FAIL("[xla] PJRT_Plugin_Initialize failed on ", platform_, " (", plugin_path_, "): ",
+                 msg);
+  }
+}
+
+PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform,
+                       const std::string& topology)
+    : plugin_path_(plugin_path), platform_(platform), topology_name_(topology) {
+  // Compiling uses no TPU: libtpu's one-process-per-machine lock does not apply.
+  if (platform == "tpu") setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1", 0);
+  load_plugin();
+  TESSERA_CHECK(PJRT_HAS(api_, PJRT_TopologyDescription_Create) && PJRT_HAS(api_, PJRT_Compile),
+                "[xla] ", plugin_path, " cannot compile without devices (no PJRT_Compile)");
+  auto t = PJRT_ARGS(PJRT_TopologyDescription_Create_Args);
+  t.topology_name = topology.data();
+  t.topology_name_size = topology.size();
+  if (PJRT_Error* e = api_->PJRT_TopologyDescription_Create(&t))
+    TESSERA_FAIL("[xla] the ", platform, " plugin does not know the topology '", topology,
+                 "' (", error_text(api_, e), "); names look like v6e:1x1, v6e:2x2, v5e:2x2, v4:2x2x1");
+  topology_ = t.topology;
+  auto d = PJRT_ARGS(PJRT_TopologyDescription_GetDeviceDescriptions_Args);
+  d.topology = topology_;
+  check(api_->PJRT_TopologyDescription_GetDeviceDescriptions(&d),
+        "PJRT_TopologyDescription_GetDeviceDescriptions");
+  target_devices_ = d.num_descriptions;
+  if (d.num_descriptions > 0) {
+    auto k = PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
+    k.device_description = d.descriptions[0];
+    check(api_->PJRT_DeviceDescription_Kind(&k), "PJRT_DeviceDescription_Kind");
+    device_kind_.assign(k.device_kind, k.device_kind_size);
+  }
+  make_identity();
+}
+
+PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform)
+    : plugin_path_(plugin_path), platform_(platform) {
+  load_plugin();
 
   std::vector<PJRT_NamedValue> opts;
   auto named_int = [&](const char* name, int64_t v) {
@@ -104,11 +225,17 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
   auto c = PJRT_ARGS(PJRT_Client_Create_Args);
   c.create_options = opts.data();
   c.num_options = opts.size();
-  if (PJRT_Error* e = api_->PJRT_Client_Create(&c)) {
+  PJRT_Error* create_error;
+  {
+    MutedStderr mute(platform == "tpu");
+    create_error = api_->PJRT_Client_Create(&c);
+  }
+  if (PJRT_Error* e = create_error) {
     std::string msg = error_text(api_, e);
     if (msg.find("No jellyfish device") != std::string::npos ||
         msg.find("No visible GPU") != std::string::npos)
-      TESSERA_FAIL("[xla] no ", platform, " device found (", plugin_path, ": ", msg, ")");
+      TESSERA_FAIL("[xla] no ", platform == "tpu" ? "TPU" : "GPU", " found on this machine (",
+                   plugin_path, ": ", msg, ")");
     TESSERA_FAIL("[xla] PJRT_Client_Create failed on ", platform, " (", plugin_path, "): ", msg);
   }
   client_ = c.client;
@@ -116,6 +243,49 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
   d.client = client_;
   check(api_->PJRT_Client_AddressableDevices(&d), "PJRT_Client_AddressableDevices");
   devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
+  target_devices_ = devices_.size();
+  if (!devices_.empty()) {
+    auto g = PJRT_ARGS(PJRT_Device_GetDescription_Args);
+    g.device = devices_[0];
+    check(api_->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+    auto k = PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
+    k.device_description = g.device_description;
+    check(api_->PJRT_DeviceDescription_Kind(&k), "PJRT_DeviceDescription_Kind");
+    device_kind_.assign(k.device_kind, k.device_kind_size);
+  }
+  make_identity();
+}
+
+void PjrtClient::make_identity() {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(plugin_path_, ec);
+  std::string attrs, version;
+  if (PJRT_HAS(api_, PJRT_Plugin_Attributes)) {
+    auto a = PJRT_ARGS(PJRT_Plugin_Attributes_Args);
+    if (PJRT_Error* e = api_->PJRT_Plugin_Attributes(&a))
+      error_text(api_, e);
+    else
+      attrs = named_values(a.attributes, a.num_attributes);
+  }
+  if (topology_) {
+    auto v = PJRT_ARGS(PJRT_TopologyDescription_PlatformVersion_Args);
+    v.topology = topology_;
+    if (PJRT_Error* e = api_->PJRT_TopologyDescription_PlatformVersion(&v))
+      error_text(api_, e);
+    else
+      version.assign(v.platform_version, v.platform_version_size);
+  } else {
+    auto v = PJRT_ARGS(PJRT_Client_PlatformVersion_Args);
+    v.client = client_;
+    check(api_->PJRT_Client_PlatformVersion(&v), "PJRT_Client_PlatformVersion");
+    version.assign(v.platform_version, v.platform_version_size);
+  }
+  identity_ = "platform=" + platform_ + " plugin=" + plugin_path_ + " plugin_bytes=" +
+              std::to_string(ec ? 0 : size) + " api=" + api_version() + " " + attrs +
+              "platform_version=" + version + " device=" + device_kind_ + " x" +
+              std::to_string(target_devices_);
+  for (char& c : identity_)
+    if (c == '\n' || c == '\r') c = ' ';
 }
 
 PjrtClient::~PjrtClient() {
@@ -123,6 +293,11 @@ PjrtClient::~PjrtClient() {
     auto a = PJRT_ARGS(PJRT_Client_Destroy_Args);
     a.client = client_;
     if (PJRT_Error* e = api_->PJRT_Client_Destroy(&a)) error_text(api_, e);
+  }
+  if (topology_) {
+    auto a = PJRT_ARGS(PJRT_TopologyDescription_Destroy_Args);
+    a.topology = topology_;
+    if (PJRT_Error* e = api_->PJRT_TopologyDescription_Destroy(&a)) error_text(api_, e);
   }
   // The plugin stays loaded: its threads may outlive the client.
 }
@@ -132,6 +307,10 @@ std::string PjrtClient::api_version() const {
          std::to_string(api_->pjrt_api_version.minor_version);
 }
 
+std::string PjrtClient::compile_options() {
+  return std::string(kCompileOptions, sizeof kCompileOptions);
+}
+
 std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text) {
   PJRT_Program prog{};
   prog.struct_size = PJRT_Program_STRUCT_SIZE;
@@ -139,6 +318,15 @@ std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text
   prog.code_size = mlir_text.size();
   prog.format = "mlir";
   prog.format_size = 4;
+  if (topology_) {  // ahead of time, for a topology without its devices
+    auto a = PJRT_ARGS(PJRT_Compile_Args);
+    a.topology = topology_;
+    a.program = &prog;
+    a.compile_options = kCompileOptions;
+    a.compile_options_size = sizeof kCompileOptions;
+    check(api_->PJRT_Compile(&a), "compiling a StableHLO module");
+    return std::make_shared<PjrtExecutable>(api_, a.executable);
+  }
   auto a = PJRT_ARGS(PJRT_Client_Compile_Args);
   a.client = client_;
   a.program = &prog;
@@ -148,7 +336,46 @@ std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text
   return std::make_shared<PjrtExecutable>(api_, a.executable);
 }
 
+std::string PjrtClient::serialize(const PjrtExecutable& exe) {
+  auto a = PJRT_ARGS(PJRT_Executable_Serialize_Args);
+  a.executable = exe.executable();
+  check(api_->PJRT_Executable_Serialize(&a), "PJRT_Executable_Serialize");
+  std::string bytes(a.serialized_bytes, a.serialized_bytes_size);
+  if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);
+  return bytes;
+}
+
+std::shared_ptr<PjrtExecutable> PjrtClient::deserialize(const std::string& bytes) {
+  TESSERA_CHECK(client_, "[xla] the ", platform_, " target ", topology_name_,
+                " is compile-only: executables cannot be loaded");
+  auto a = PJRT_ARGS(PJRT_Executable_DeserializeAndLoad_Args);
+  a.client = client_;
+  a.serialized_executable = bytes.data();
+  a.serialized_executable_size = bytes.size();
+  check(api_->PJRT_Executable_DeserializeAndLoad(&a), "PJRT_Executable_DeserializeAndLoad");
+  return std::make_shared<PjrtExecutable>(api_, a.loaded_executable);
+}
+
+bool PjrtClient::memory(const PjrtExecutable& exe, CompiledMemory* out) {
+  if (!PJRT_HAS(api_, PJRT_Executable_GetCompiledMemoryStats)) return false;
+  auto a = PJRT_ARGS(PJRT_Executable_GetCompiledMemoryStats_Args);
+  a.executable = exe.executable();
+  if (PJRT_Error* e = api_->PJRT_Executable_GetCompiledMemoryStats(&a)) {
+    error_text(api_, e);  // UNIMPLEMENTED on some plugins
+    return false;
+  }
+  out->arguments = a.argument_size_in_bytes;
+  out->outputs = a.output_size_in_bytes;
+  out->aliased = a.alias_size_in_bytes;
+  out->temporaries = a.temp_size_in_bytes;
+  out->code = a.generated_code_size_in_bytes;
+  out->peak = a.peak_memory_in_bytes;
+  return true;
+}
+
 PJRT_Buffer* PjrtClient::upload_bytes(const void* data, size_t nbytes, int device) {
+  TESSERA_CHECK(client_, "[xla] the ", platform_, " target ", topology_name_,
+                " is compile-only: it holds no data");
   TESSERA_CHECK(device >= 0 && size_t(device) < devices_.size(), "[xla] device index ", device,
                 " out of range: the ", platform_, " plugin has ", devices_.size(), " device(s)");
   const int64_t dims[1] = {int64_t(nbytes)};
@@ -235,6 +462,8 @@ std::vector<PJRT_Buffer*> PjrtClient::execute(const PjrtExecutable& exe,
                                               const std::vector<PJRT_Buffer*>& args,
                                               const std::vector<size_t>& out_bytes,
                                               const std::vector<int>& donated, PJRT_Event** done) {
+  TESSERA_CHECK(exe.get(), "[xla] the ", platform_, " target ", topology_name_,
+                " is compile-only: no device runs its executables");
   PJRT_ExecuteOptions opts{};
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
   // Only the args we donate may be reused: a buffer still referenced is never given away.

@@ -14,22 +14,37 @@ struct PJRT_Client;
 struct PJRT_Device;
 struct PJRT_Buffer;
 struct PJRT_Event;
+struct PJRT_Executable;
 struct PJRT_LoadedExecutable;
+struct PJRT_TopologyDescription;
 
 namespace tessera::xla {
 
-// One compiled program (the plugin's loaded executable); destroyed with the last reference.
+// One compiled program, destroyed with the last reference: a loaded executable (runs on the
+// client's devices) or, compiled for a topology without devices, an unloaded one (serializable).
 class PjrtExecutable {
  public:
   PjrtExecutable(const PJRT_Api* api, PJRT_LoadedExecutable* exe) : api_(api), exe_(exe) {}
+  PjrtExecutable(const PJRT_Api* api, PJRT_Executable* unloaded)
+      : api_(api), exe_(nullptr), unloaded_(unloaded) {}
   ~PjrtExecutable();
   PjrtExecutable(const PjrtExecutable&) = delete;
   PjrtExecutable& operator=(const PjrtExecutable&) = delete;
-  PJRT_LoadedExecutable* get() const { return exe_; }
+  PJRT_LoadedExecutable* get() const { return exe_; }  // null when compiled without devices
+  // The executable behind it (serialize, memory statistics); owned here.
+  PJRT_Executable* executable() const;
 
  private:
   const PJRT_Api* api_;
   PJRT_LoadedExecutable* exe_;
+  mutable PJRT_Executable* unloaded_ = nullptr;
+};
+
+// What a compiled executable needs in the device's memory (PJRT_Executable_GetCompiledMemoryStats,
+// mirroring xla::CompiledMemoryStats), in bytes.
+struct CompiledMemory {
+  int64_t arguments = 0, outputs = 0, aliased = 0, temporaries = 0, code = 0;
+  int64_t peak = 0;  // the plugin's own peak estimate (0: not given)
 };
 
 class PjrtClient {
@@ -37,6 +52,11 @@ class PjrtClient {
   // Loads `plugin_path` (dlopen, GetPjrtApi), initialises it and creates a client on
   // `platform` ("cpu", "cuda", "tpu"); throws "[xla] ..." with the plugin's message on failure.
   PjrtClient(const std::string& plugin_path, const std::string& platform);
+  // Compile-only: no client and no device, executables compiled for the named topology of the
+  // plugin's platform (libtpu: "v6e:2x2"); running one is an error. Throws "[xla] ..." naming the
+  // topology when the plugin refuses it.
+  PjrtClient(const std::string& plugin_path, const std::string& platform,
+             const std::string& topology);
   ~PjrtClient();
   PjrtClient(const PjrtClient&) = delete;
   PjrtClient& operator=(const PjrtClient&) = delete;
@@ -44,10 +64,28 @@ class PjrtClient {
   const std::string& platform() const { return platform_; }
   const std::string& plugin_path() const { return plugin_path_; }
   std::string api_version() const;  // "0.81"
-  size_t num_devices() const { return devices_.size(); }
+  size_t num_devices() const { return compile_only() ? 1 : devices_.size(); }
+  bool compile_only() const { return topology_ != nullptr; }
+  const std::string& topology_name() const { return topology_name_; }
+  // Devices of the compile target: the client's, or the topology's (a 2x2 topology has 4).
+  size_t target_devices() const { return target_devices_; }
+  const std::string& device_kind() const { return device_kind_; }  // "TPU v6 lite", "cpu"
+  // Everything an executable depends on besides its module and options, on one line: platform,
+  // plugin file (path, size), API version, the plugin's version attributes, the platform
+  // version, the target's device kind and count. Keys the executable cache on disk.
+  const std::string& identity() const { return identity_; }
+  // The serialized xla.CompileOptionsProto every compile sends (never empty: decision 0030).
+  static std::string compile_options();
 
   // StableHLO module text -> executable for one replica on device 0 (never empty options).
   std::shared_ptr<PjrtExecutable> compile(const std::string& mlir_text);
+  // The plugin's serialization of `exe` (PJRT_Executable_Serialize).
+  std::string serialize(const PjrtExecutable& exe);
+  // An executable from serialize()'s bytes (PJRT_Executable_DeserializeAndLoad); throws
+  // "[xla] ..." when the plugin rejects them. Not on a compile-only client.
+  std::shared_ptr<PjrtExecutable> deserialize(const std::string& bytes);
+  // The executable's memory needs; false when the plugin does not report them.
+  bool memory(const PjrtExecutable& exe, CompiledMemory* out);
   // A u8[nbytes] buffer on device `device` holding a copy of `data` (copied before returning).
   PJRT_Buffer* upload_bytes(const void* data, size_t nbytes, int device);
   // The whole buffer into `dst` (waits for the buffer's producer).
@@ -81,12 +119,16 @@ class PjrtClient {
   void check(void* err, const char* call);
   void note_buffer(PJRT_Buffer* buf, int64_t bytes);  // a new buffer of this client
   int64_t forget_buffer(PJRT_Buffer* buf);             // its bytes (0: unknown or donated)
-  std::string plugin_path_, platform_;
+  void load_plugin();
+  void make_identity();
+  std::string plugin_path_, platform_, topology_name_, device_kind_, identity_;
   void* dl_ = nullptr;
   const PJRT_Api* api_ = nullptr;
   PJRT_Client* client_ = nullptr;
+  PJRT_TopologyDescription* topology_ = nullptr;
   std::vector<PJRT_Device*> devices_;
   std::unordered_map<PJRT_Buffer*, int64_t> buffer_size_;  // live buffers; donated ones: 0
+  size_t target_devices_ = 0;
 };
 
 // The default plugin for a platform: TESSERA_PJRT_PLUGIN (cpu), TESSERA_PJRT_CUDA_PLUGIN (cuda),

@@ -3,17 +3,22 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
 
+#include "backends/xla/executable_cache.h"
 #include "backends/xla/pjrt_client.h"
 #include "backends/xla/stablehlo.h"
 #include "backends/xla/xla_lowering.h"
 #include "ops/copy.h"
+#include "runtime/compile.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fusion.h"
@@ -35,6 +40,17 @@ bool donation_on() {
   int v = g_donate.load();
   if (v < 0) g_donate = v = env::flag(EnvVar::xla_donate) ? 1 : 0;
   return v == 1;
+}
+
+// Compile-only (AOT) state, guarded by g_stats_mu.
+bool g_compile_only = false;
+std::string g_tpu_topology;
+std::vector<XlaAotProgram> g_aot_programs;
+std::map<const void*, std::function<void()>> g_forget;  // each backend's in-memory executables
+
+bool compile_only() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  return g_compile_only;
 }
 
 // A storage's block on an XLA device: one u8[nbytes] PJRT buffer (null until first written).
@@ -90,12 +106,23 @@ struct Platform {
 class XlaBackend final : public Backend {
  public:
   explicit XlaBackend(DeviceType type) : type_(type) {
+    {
+      std::lock_guard<std::mutex> lock(g_stats_mu);
+      g_forget[this] = [this] {
+        cache_.clear();
+        modules_.clear();
+      };
+    }
     if (type == DeviceType::tpu) {
       platforms_.push_back({"tpu", nullptr, "", false, {}});
     } else {
       platforms_.push_back({"cpu", nullptr, "", false, {}});
       platforms_.push_back({"cuda", nullptr, "", false, {}});
     }
+  }
+  ~XlaBackend() override {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_forget.erase(this);
   }
   const char* name() const override { return type_ == DeviceType::tpu ? "tpu" : "xla"; }
   DeviceType device_type() const override { return type_; }
@@ -142,6 +169,8 @@ class XlaBackend final : public Backend {
     if (bytes == 0) return;
     const Block& b = block_of(src);
     TESSERA_CHECK(offset + bytes <= b.nbytes, "[xla] read past the end of a storage");
+    TESSERA_CHECK(!compile_only(), "[xla] ", src.device().str(),
+                  " is compiling ahead of time only: its tensors hold no data to read");
     if (!b.buf) {  // never written: zeros, as a fresh buffer reads on the CPU after zeros()
       std::memset(dst, 0, bytes);
       return;
@@ -161,6 +190,7 @@ class XlaBackend final : public Backend {
     Block& b = block_of(dst);
     TESSERA_CHECK(offset + bytes <= b.nbytes, "[xla] write past the end of a storage");
     PjrtClient& c = client(dst.device());
+    if (compile_only()) return;  // programs need shapes only: nothing is uploaded
     PJRT_Buffer* nb;
     if (offset == 0 && bytes == b.nbytes) {
       nb = c.upload_bytes(src, bytes, b.device);
@@ -219,16 +249,21 @@ class XlaBackend final : public Backend {
   PjrtClient& client_of(const Device& d) { return client(d); }
   // Compiles `text` once per client: an op, a segment and a program with the same module (a
   // one-op segment) share one executable.
-  std::shared_ptr<PjrtExecutable> compile(PjrtClient& c, const std::string& text) {
+  std::shared_ptr<PjrtExecutable> compile(PjrtClient& c, const std::string& text,
+                                          int64_t ops = 1) {
     auto& slot = modules_[&c][text];
     if (slot) {
       std::lock_guard<std::mutex> lock(g_stats_mu);
       g_stats.module_hits++;
       return slot;
     }
-    slot = c.compile(text);
+    slot = compile_or_load(c, text, ops);
     return slot;
   }
+  // The cache folder's executable for `text` when one is there and loads, else the plugin's
+  // compile (written to the folder). Compile-only: always compiled, and reported.
+  std::shared_ptr<PjrtExecutable> compile_or_load(PjrtClient& c, const std::string& text,
+                                                  int64_t ops);
   void track_event(PjrtClient& c, PJRT_Event* e) { track(c, e); }
 
  private:
@@ -257,7 +292,13 @@ class XlaBackend final : public Backend {
                     ")";
       } else {
         try {
-          pl->client = std::make_unique<PjrtClient>(path, name);
+          std::string topology;
+          {
+            std::lock_guard<std::mutex> lock(g_stats_mu);
+            if (g_compile_only && name == "tpu") topology = g_tpu_topology;
+          }
+          pl->client = topology.empty() ? std::make_unique<PjrtClient>(path, name)
+                                        : std::make_unique<PjrtClient>(path, name, topology);
           for (size_t i = 0; i < pl->client->num_devices(); ++i)
             pl->allocators.push_back(std::make_unique<XlaAllocator>(pl->client.get(), int(i)));
         } catch (const std::exception& e) {
@@ -312,6 +353,69 @@ void XlaAllocator::deallocate(void* p, size_t bytes) {
   Block* b = static_cast<Block*>(p);
   if (b->buf) b->client->destroy(b->buf);
   delete b;
+}
+
+std::shared_ptr<PjrtExecutable> XlaBackend::compile_or_load(PjrtClient& c, const std::string& text,
+                                                            int64_t ops) {
+  const std::string dir = compile_cache_dir();
+  const std::string options = PjrtClient::compile_options();
+  const std::string path =
+      dir.empty() ? "" : xla::executable_cache_path(dir, c.identity(), options, text);
+  const bool aot = compile_only();
+  if (!path.empty() && !c.compile_only()) {
+    std::string bytes;
+    if (xla::load_cached_executable(path, c.identity(), options, text, &bytes)) {
+      try {
+        auto exe = c.deserialize(bytes);
+        std::lock_guard<std::mutex> lock(g_stats_mu);
+        g_stats.disk_hits++;
+        if (!aot) return exe;  // compile-only compiles again to report time and memory
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[xla] ignoring the cached executable %s: %s; compiling again\n",
+                     path.c_str(), e.what());
+        std::lock_guard<std::mutex> lock(g_stats_mu);
+        g_stats.disk_rejected++;
+      }
+    } else if (std::filesystem::exists(path)) {
+      std::lock_guard<std::mutex> lock(g_stats_mu);
+      g_stats.disk_rejected++;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto exe = c.compile(text);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.plugin_compiles++;
+  }
+  std::string bytes;
+  if (!path.empty() || aot) bytes = c.serialize(*exe);
+  if (!path.empty()) {
+    xla::store_cached_executable(path, c.identity(), options, text, bytes);
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.disk_writes++;
+  }
+  if (aot) {
+    XlaAotProgram r;
+    r.platform = c.platform();
+    r.target = (c.compile_only() ? c.topology_name() + " (" : std::string("(")) +
+               std::to_string(c.target_devices()) + " x " + c.device_kind() + ")";
+    r.ops = ops;
+    r.compile_seconds = secs;
+    xla::CompiledMemory m;
+    r.has_memory = c.memory(*exe, &m);
+    r.argument_bytes = m.arguments;
+    r.output_bytes = m.outputs;
+    r.alias_bytes = m.aliased;
+    r.temp_bytes = m.temporaries;
+    r.code_bytes = m.code;
+    r.peak_bytes = m.peak;
+    r.cache_file = path;
+    r.serialized_bytes = int64_t(bytes.size());
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_aot_programs.push_back(r);
+  }
+  return exe;
 }
 
 void add_view_key(std::string& k, const Tensor& t) {
@@ -451,6 +555,11 @@ class XlaGraph final : public GraphKernel {
     }
     Compiled& c = it->second;
     const Device dev = c.device;
+    if (compile_only()) {  // compiled (and cached); its results are storages without data
+      for (size_t q = 0; q < c.out_values.size(); ++q)
+        values[size_t(c.out_values[q])] = Storage::allocate(c.out_bytes[q], dev);
+      return;
+    }
     PjrtClient& cl = be_.client_of(dev);
     std::vector<PJRT_Buffer*> args;
     for (const Param& p : c.params) {
@@ -585,7 +694,7 @@ class XlaGraph final : public GraphKernel {
     const std::string text = h.module(rets, aliases);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      c->exe = be_.compile(be_.client_of(c->device), text);
+      c->exe = be_.compile(be_.client_of(c->device), text, int64_t(steps_.size()));
     } catch (const std::exception& ex) {
       std::lock_guard<std::mutex> lock(g_stats_mu);
       g_last_module = text;
@@ -626,6 +735,11 @@ std::unique_ptr<GraphKernel> XlaBackend::prepare_graph(const std::vector<GraphSt
 void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
   const Device& d = outs.empty() ? ins.at(0).device() : outs[0].device();
   PjrtClient& c = client(d);
+  if (compile_only()) {  // only programs are compiled ahead of time; an eager op has no data
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.aot_skipped_ops++;
+    return;
+  }
   // The key: primitive, attributes, every view (dtype, shape, strides, offset, storage size).
   Hasher ah;
   p.hash_attributes(ah);
@@ -835,6 +949,21 @@ int64_t xla_plugin_bytes_in_use(const Device& d) {
 std::string xla_last_module() {
   std::lock_guard<std::mutex> lock(g_stats_mu);
   return g_last_module;
+}
+void xla_forget_executables() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  for (auto& [backend, forget] : g_forget) forget();
+}
+void set_xla_compile_only(bool on, const std::string& tpu_topology) {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  g_compile_only = on;
+  g_tpu_topology = tpu_topology;
+  if (on) g_aot_programs.clear();
+}
+bool xla_compile_only() { return compile_only(); }
+std::vector<XlaAotProgram> xla_aot_programs() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  return g_aot_programs;
 }
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -24,6 +25,13 @@ struct XlaStats {
   int64_t graph_hits = 0;      // runs that found theirs
   int64_t graph_runs = 0;
   int64_t module_hits = 0;  // modules found compiled already (same text)
+  // The executable cache on disk (TESSERA_CACHE_DIR, decision 0045): of the executables the
+  // counters above needed, plugin_compiles were compiled by the plugin and disk_hits loaded.
+  int64_t plugin_compiles = 0;
+  int64_t disk_hits = 0;
+  int64_t disk_writes = 0;
+  int64_t disk_rejected = 0;  // entries found unusable (corrupt, truncated, refused): recompiled
+  int64_t aot_skipped_ops = 0;  // compile-only: eager ops not run (they have no data to run on)
   // Ops run on the CPU through host copies (no lowering), by primitive name (decision 0032).
   std::map<std::string, int64_t> fallbacks;
   // Device buffers held (every XLA client): bytes now, their high-water mark since the last
@@ -38,5 +46,28 @@ void set_xla_donation(bool on);
 int64_t xla_plugin_bytes_in_use(const Device& d);
 // The StableHLO text of the last module compiled (for error reports and tests).
 std::string xla_last_module();
+// Drops every executable held in memory (tests: the next run must compile or read the disk).
+void xla_forget_executables();
+
+// Ahead-of-time compilation (tessera compile, decision 0046). While on, XLA devices compile the
+// programs of deferred segments and compiled functions (and write them to the cache folder)
+// but run nothing: buffers hold no data, eager ops are skipped, reading a tensor is an error.
+// A non-empty `tpu_topology` ("v6e:2x2") makes the tpu device compile for that topology
+// through libtpu without a TPU; set it before the tpu device is first used.
+void set_xla_compile_only(bool on, const std::string& tpu_topology = "");
+bool xla_compile_only();
+
+// One program compiled while compile-only was on.
+struct XlaAotProgram {
+  std::string platform, target;  // "tpu", "v6e:2x2 (4 x TPU v6 lite)"
+  int64_t ops = 0;               // primitives lowered into it
+  double compile_seconds = 0;
+  bool has_memory = false;  // the plugin reported the executable's memory statistics
+  int64_t argument_bytes = 0, output_bytes = 0, alias_bytes = 0, temp_bytes = 0, code_bytes = 0;
+  int64_t peak_bytes = 0;        // the plugin's peak estimate (0: none)
+  std::string cache_file;        // where the serialized executable went ("": no cache folder)
+  int64_t serialized_bytes = 0;
+};
+std::vector<XlaAotProgram> xla_aot_programs();
 
 }  // namespace tessera
