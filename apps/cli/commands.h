@@ -12,5 +12,6 @@ void register_inspect(CLI::App& app, Runner& run);
 void register_generate(CLI::App& app, Runner& run);
 void register_run(CLI::App& app, Runner& run);
 void register_serve(CLI::App& app, Runner& run);
+void register_launch(CLI::App& app, Runner& run);
 
 }  // namespace tessera::cli

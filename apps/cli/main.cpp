@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   tessera::cli::register_inspect(app, run);
   tessera::cli::register_run(app, run);
   tessera::cli::register_serve(app, run);
+  tessera::cli::register_launch(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -47,6 +47,8 @@ enum class EnvVar {
   xla_setup,
   libtpu_setup,
   xla_dir,
+  // Tensor parallelism over MPI (src/distributed).
+  tp_timeout,
 };
 
 enum class EnvKind { flag, integer, string, choice };
