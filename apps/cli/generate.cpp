@@ -116,6 +116,9 @@ int run_generate(const GenerateOptions& o) {
   // Tensor parallelism: one process per rank (tessera launch); every rank runs the whole call on
   // the same inputs and noise, the transformer split by its plan; rank 0 writes the outputs.
   std::shared_ptr<ProcessGroup> world;
+  if (o.tp == 1 && launched_by_mpirun())
+    TESSERA_FAIL("[generate] started on several ranks (tessera launch) but --tp is 1; pass --tp "
+                 "with the number of ranks");
   if (o.tp > 1) {
     TESSERA_CHECK(launched_by_mpirun(), "[generate] --tp ", o.tp, " needs ", o.tp,
                   " processes: start it with tessera launch --nproc-per-node ", o.tp,

@@ -30,7 +30,8 @@ int run_launch(const LaunchOptions& o) {
                 "not found when it was configured; scripts/setup.sh installs it)");
   TESSERA_CHECK(!o.command.empty(), "[launch] nothing to run: give the tessera command after --, "
                 "e.g. tessera launch --nproc-per-node 2 -- generate --prompt ... --tp 2");
-  TESSERA_CHECK(o.command[0] != "launch", "[launch] cannot launch itself");
+  TESSERA_CHECK(o.command[0] == "generate", "[launch] runs tessera generate on every rank; got '",
+                o.command[0], "'");
 #ifdef TESSERA_MPIRUN
   const std::string mpirun = TESSERA_MPIRUN;
 #else
@@ -58,6 +59,13 @@ int run_launch(const LaunchOptions& o) {
     if (name.rfind("TESSERA_", 0) == 0 || name.rfind("OMP_", 0) == 0)
       args.insert(args.end(), {"-x", name});
   }
+  // Where rank 0 marks that every rank finished (mpirun's own exit code says nothing under
+  // --enable-recovery).
+  char dir_template[] = "/tmp/tessera-launch-XXXXXX";
+  TESSERA_CHECK(mkdtemp(dir_template), "[launch] cannot create a folder in /tmp");
+  const std::string dir = dir_template;
+  setenv("TESSERA_LAUNCH_DIR", dir.c_str(), 1);
+  args.insert(args.end(), {"-x", "TESSERA_LAUNCH_DIR"});
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   TESSERA_CHECK(n > 0, "[launch] cannot find the tessera executable (/proc/self/exe)");
@@ -77,15 +85,21 @@ int run_launch(const LaunchOptions& o) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
   }
-  if (WIFEXITED(status)) {
-    const int code = WEXITSTATUS(status);
-    if (code != 0)
-      std::fprintf(stderr, "tessera: error: [launch] a rank failed (mpirun exit code %d)\n", code);
-    return code;
+  const std::string done = dir + "/done";
+  const bool finished = access(done.c_str(), F_OK) == 0;
+  unlink(done.c_str());
+  rmdir(dir.c_str());
+  if (WIFSIGNALED(status)) {
+    std::fprintf(stderr, "tessera: error: [launch] mpirun was killed by signal %d\n",
+                 WTERMSIG(status));
+    return 128 + WTERMSIG(status);
   }
-  std::fprintf(stderr, "tessera: error: [launch] mpirun was killed by signal %d\n",
-               WTERMSIG(status));
-  return 128 + WTERMSIG(status);
+  const int code = WEXITSTATUS(status);
+  if (code == 0 && finished) return 0;
+  // The failing rank has said why on its own line (an error, or the watchdog naming a dead rank).
+  std::fprintf(stderr, "tessera: error: [launch] the run failed: not every rank finished%s\n",
+               code ? (" (mpirun exit code " + std::to_string(code) + ")").c_str() : "");
+  return code ? code : 1;
 }
 
 }  // namespace

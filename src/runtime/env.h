@@ -49,6 +49,7 @@ enum class EnvVar {
   xla_dir,
   // Tensor parallelism over MPI (src/distributed).
   tp_timeout,
+  launch_dir,
 };
 
 enum class EnvKind { flag, integer, string, choice };
