@@ -21,6 +21,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev                     # tessera serve's HTTP server (docs/decisions/0035)
   chromium                               # headless test of tessera serve's page
+  libopenmpi-dev openmpi-bin             # tensor parallelism over CPU ranks (docs/decisions/0040)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

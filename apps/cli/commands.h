@@ -13,5 +13,6 @@ void register_generate(CLI::App& app, Runner& run);
 void register_run(CLI::App& app, Runner& run);
 void register_serve(CLI::App& app, Runner& run);
 void register_compile(CLI::App& app, Runner& run);
+void register_launch(CLI::App& app, Runner& run);
 
 }  // namespace tessera::cli

@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "commands.h"
+#include "distributed/process_group.h"
+#include "distributed/tensor_parallel.h"
 #include "model_defaults.h"
 #include "io/model_folder.h"
 #include "io/png.h"
@@ -36,6 +39,7 @@ struct GenerateOptions {
   std::optional<std::string> seed;  // parsed by ManualSeed: CLI11 would clamp out-of-range values
   std::optional<int64_t> max_sequence_length;
   int num_images = 1;
+  int tp = 1;  // tensor-parallel degree: the ranks tessera launch started
 };
 
 std::string output_name(const std::string& output, int index, int count) {
@@ -112,6 +116,25 @@ int run_generate(const GenerateOptions& o) {
   if (o.mode == "defer") set_eager_mode(EagerMode::DeferAndFuse);
   reset_mode_stats();
   PipelineLoadOptions load;
+  // Tensor parallelism: one process per rank (tessera launch); every rank runs the whole call on
+  // the same inputs and noise, the transformer split by its plan; rank 0 writes the outputs.
+  std::shared_ptr<ProcessGroup> world;
+  if (o.tp == 1 && launched_by_mpirun())
+    TESSERA_FAIL("[generate] started on several ranks (tessera launch) but --tp is 1; pass --tp "
+                 "with the number of ranks");
+  if (o.tp > 1) {
+    TESSERA_CHECK(launched_by_mpirun(), "[generate] --tp ", o.tp, " needs ", o.tp,
+                  " processes: start it with tessera launch --nproc-per-node ", o.tp,
+                  " -- generate ... --tp ", o.tp);
+    load.tensor_parallel = TensorParallelConfig::over_world(o.tp, "[generate]");
+    world = load.tensor_parallel->group;
+    if (!seed) {  // one random seed for every rank: rank 0's
+      uint64_t bits = std::random_device{}() * 0x100000000ull + std::random_device{}();
+      world->broadcast(&bits, sizeof bits, 0);
+      seed = ManualSeed::parse(std::to_string(bits));
+    }
+  }
+  const bool writer = !world || world->rank() == 0;
   load.dtype = dtype_from_name(o.dtype);
   load.device = Device::parse(o.device);
   load.offload = offload_mode_from_name(o.offload);
@@ -120,6 +143,12 @@ int run_generate(const GenerateOptions& o) {
   const double t_load = now_seconds();
   // The class model_index.json names (pipelines/registry.h); compile applies to its denoiser.
   auto pipe = DiffusionPipeline::from_pretrained(model, load);
+  if (world) {
+    bool sharded = false;
+    for (const auto& p : pipe->denoiser().named_parameters()) sharded |= p.shard.sharded();
+    TESSERA_CHECK(sharded, "[generate] --tp ", o.tp, ": ", pipe->class_name(),
+                  "'s denoiser has no tensor-parallel plan (the FLUX.1 transformer has one)");
+  }
   if (compile_full || o.compile_regional) pipe->denoiser().reset_compile();
   CompileOptions copt;  // programs for the execution device's backend (cpu, xla)
   copt.backend = backend_for(load.device).name();
@@ -148,7 +177,7 @@ int run_generate(const GenerateOptions& o) {
       o.max_sequence_length.value_or(bundled.max_sequence_length.value_or(d.max_sequence_length));
   const double t_steps = now_seconds();
   call.on_step_end = [&](int i, int n, const Tensor&) {
-    show_progress(i + 1, n, now_seconds() - t_steps);
+    if (writer) show_progress(i + 1, n, now_seconds() - t_steps);
   };
   const PipelineOutput out = pipe->generate(call);
 
@@ -160,6 +189,28 @@ int run_generate(const GenerateOptions& o) {
   info.guidance = guidance;
   info.width = int(out.images[0].width);
   info.height = int(out.images[0].height);
+  // Tensor parallelism: every rank's checkpoint bytes and weight peak, gathered for the report.
+  nlohmann::json tp_json;
+  if (world) {
+    const StageMemory& lm = pipe->load_memory();
+    const int64_t mine[2] = {lm.disk_read_bytes, lm.peak_weight_bytes};
+    std::vector<int64_t> all(size_t(2 * world->size()));
+    world->all_gather(mine, all.data(), sizeof mine);
+    std::vector<int64_t> read, peak;
+    for (int r = 0; r < world->size(); ++r) {
+      read.push_back(all[size_t(2 * r)]);
+      peak.push_back(all[size_t(2 * r + 1)]);
+    }
+    tp_json = {{"degree", world->size()},
+               {"backend", world->backend()},
+               {"checkpoint_read_bytes", read},
+               {"peak_weight_bytes", peak},
+               {"collectives", world->collectives()}};
+  }
+  if (!writer) {
+    destroy_process_group();
+    return 0;
+  }
   for (size_t i = 0; i < out.images.size(); ++i) {
     const std::string path = output_name(o.output, int(i), int(out.images.size()));
     write_png(path, out.images[i].pixels.data(), int(out.images[i].width),
@@ -201,6 +252,7 @@ int run_generate(const GenerateOptions& o) {
         {"offload", o.offload},
         {"memory", memory_json(pipe->load_memory(), out.memory)},
         {"modes", nlohmann::json::parse(mode_stats_json(mode_stats()))},
+        {"tensor_parallel", tp_json},
     };
 #ifdef TESSERA_HAS_XLA
     // What the XLA devices compiled and what they read from the executable cache (0045).
@@ -215,6 +267,7 @@ int run_generate(const GenerateOptions& o) {
     std::ofstream f(o.report);
     TESSERA_CHECK(f && (f << r.dump(2) << "\n"), "cannot write report '", o.report, "'");
   }
+  if (world) destroy_process_group();
   return 0;
 }
 
@@ -290,6 +343,10 @@ void register_generate(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"none", "model", "sequential"}));
   sub->add_option("--output,-o", o->output, "output PNG (with --num-images N: name-0.png ...)");
   sub->add_option("--report", o->report, "write a JSON report: times per stage, peak memory");
+  sub->add_option("--tp", o->tp,
+                  "tensor-parallel degree: the FLUX.1 transformer split over N ranks started by "
+                  "tessera launch --nproc-per-node N (default 1)")
+      ->check(CLI::PositiveNumber);
   sub->callback([o, &run] { run = [o] { return run_generate(*o); }; });
 }
 

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   tessera::cli::register_run(app, run);
   tessera::cli::register_serve(app, run);
   tessera::cli::register_compile(app, run);
+  tessera::cli::register_launch(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -184,6 +184,26 @@ FluxTransformer2DModel::FluxTransformer2DModel(const FluxTransformerConfig& cfg)
   register_module("proj_out", &proj_out);
 }
 
+TensorParallelPlan FluxTransformer2DModel::tp_plan() const {
+  TensorParallelPlan plan;
+  const auto col = ParallelStyle::colwise, row = ParallelStyle::rowwise;
+  for (const char* name : {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"})
+    plan.entries.push_back({std::string("transformer_blocks.*.attn.") + name, col, {}});
+  plan.entries.push_back({"transformer_blocks.*.attn.to_out.0", row, {}});
+  plan.entries.push_back({"transformer_blocks.*.attn.to_add_out", row, {}});
+  for (const char* ff : {"ff", "ff_context"}) {
+    plan.entries.push_back({std::string("transformer_blocks.*.") + ff + ".net.0.proj", col, {}});
+    plan.entries.push_back({std::string("transformer_blocks.*.") + ff + ".net.2", row, {}});
+  }
+  for (const char* name : {"to_q", "to_k", "to_v"})
+    plan.entries.push_back({std::string("single_transformer_blocks.*.attn.") + name, col, {}});
+  plan.entries.push_back({"single_transformer_blocks.*.proj_mlp", col, {}});
+  const int64_t mlp = single_transformer_blocks.empty() ? 0 : single_transformer_blocks[0]->mlp_hidden_dim;
+  plan.entries.push_back({"single_transformer_blocks.*.proj_out", row, {config.inner_dim(), mlp}});
+  plan.divisible = {{"num_attention_heads", config.num_attention_heads}};
+  return plan;
+}
+
 std::vector<std::string> FluxTransformer2DModel::capture_names() const {
   std::vector<std::string> names = {"x_embedder", "time_text_embed", "context_embedder",
                                     "pos_embed.cos", "pos_embed.sin"};

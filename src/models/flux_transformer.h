@@ -93,10 +93,15 @@ class FluxTransformer2DModel : public Module {
  public:
   explicit FluxTransformer2DModel(const FluxTransformerConfig& config);
   // Reads <folder>/config.json and loads the checkpoint converted to `dtype` (f32 or bf16).
+  // `tp`: split over its ranks by tp_plan(), each rank reading only its slices.
   static std::unique_ptr<FluxTransformer2DModel> from_pretrained(
-      const std::string& component_folder, DType dtype) {
-    return load_pretrained<FluxTransformer2DModel>(component_folder, dtype);
+      const std::string& component_folder, DType dtype, const TensorParallelConfig* tp = nullptr) {
+    return load_pretrained<FluxTransformer2DModel>(component_folder, dtype, tp);
   }
+  // diffusers' FluxTransformer2DModel._tp_plan: q/k/v (both streams) and MLP-in column-wise,
+  // attention outputs and MLP-out row-wise (then all-reduced); the single blocks' proj_out reads
+  // [attention, MLP] fused, so it is split packed. Heads stay whole on a rank.
+  TensorParallelPlan tp_plan() const;
   // For load_pretrained (nn/pretrained.h).
   static constexpr const char* kPretrainedName = "[FluxTransformer2DModel]";
   static FluxTransformerConfig config_from_json(const JsonConfig& c) {

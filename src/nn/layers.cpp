@@ -1,16 +1,56 @@
 #include "nn/layers.h"
 
+#include "distributed/collectives.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/linalg.h"
+#include "runtime/error.h"
 
 namespace tessera::nn {
 
-Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_features(out) {
+Linear::Linear(int64_t in, int64_t out, bool has_bias)
+    : in_features(in), out_features(out), bias_registered_(has_bias) {
   register_parameter("weight", &weight, {out, in});
   if (has_bias) register_parameter("bias", &bias, {out});
 }
 
-Tensor Linear::operator()(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::operator()(const Tensor& x) const {
+  if (parallel_style != ParallelStyle::rowwise) return linear(x, weight, bias);
+  // Partial sums of this rank's input features, summed over the ranks, then the bias once.
+  Tensor y = all_reduce(linear(x, weight, Tensor()), tp_group);
+  return bias.defined() ? y + bias : y;
+}
+
+void Linear::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
+                         const std::vector<int64_t>& packed, const std::string& where) {
+  const int64_t n = tp.degree();
+  if (style == ParallelStyle::replicate || n == 1) return;
+  const int64_t features = style == ParallelStyle::colwise ? out_features : in_features;
+  const char* what = style == ParallelStyle::colwise ? "out_features" : "in_features";
+  int64_t total = 0;
+  for (int64_t b : packed) {
+    TESSERA_CHECK(b % n == 0, "[tensor parallel] ", where, ": a packed block of ", b, " ", what,
+                  " is not divisible by the tensor-parallel degree ", n);
+    total += b;
+  }
+  TESSERA_CHECK(packed.empty() || total == features, "[tensor parallel] ", where,
+                ": packed blocks sum to ", total, " but the layer has ", features, " ", what);
+  TESSERA_CHECK(features % n == 0, "[tensor parallel] ", where, ": ", what, "=", features,
+                " is not divisible by the tensor-parallel degree ", n);
+  ShardSpec spec;
+  spec.dim = style == ParallelStyle::colwise ? 0 : 1;
+  spec.index = tp.mesh.local_rank(*tp.group);
+  spec.parts = n;
+  spec.packed = packed;
+  shard_parameter("weight", spec);
+  if (style == ParallelStyle::colwise && bias_registered_) {
+    ShardSpec b = spec;
+    b.dim = 0;
+    shard_parameter("bias", b);
+  }
+  parallel_style = style;
+  tp_group = tp.group;
+}
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, bool has_bias)
     : in_channels(in), out_channels(out), kernel_size(k), stride(s), padding(p) {

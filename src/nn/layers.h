@@ -14,8 +14,20 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor operator()(const Tensor& x) const;
-  int64_t in_features, out_features;
+  // Tensor parallelism (distributed/tensor_parallel.h): colwise keeps this rank's output
+  // features (the input is whole, the output this rank's slice); rowwise keeps its input
+  // features (the input is this rank's slice) and sums the partial outputs over the group before
+  // adding the bias. `packed`: the fused blocks along the split features, each split on its own.
+  // A width the degree does not divide is an error naming `where`.
+  void parallelize(ParallelStyle style, const TensorParallelConfig& tp,
+                   const std::vector<int64_t>& packed, const std::string& where);
+  int64_t in_features, out_features;  // the checkpoint's (whole) sizes
   Tensor weight, bias;
+  ParallelStyle parallel_style = ParallelStyle::replicate;
+  std::shared_ptr<ProcessGroup> tp_group;  // rowwise: the all-reduce's group
+
+ private:
+  bool bias_registered_;
 };
 
 // torch.nn.Conv2d with symmetric padding.

@@ -26,7 +26,27 @@ LoadObserver* set_load_observer(LoadObserver* observer) {
 
 void Module::register_parameter(const std::string& name, Tensor* slot, Shape shape,
                                 bool optional) {
-  params_.push_back({name, slot, std::move(shape), optional});
+  params_.push_back({name, slot, shape, optional, ShardSpec{}, shape});
+}
+
+void Module::shard_parameter(const std::string& name, const ShardSpec& shard) {
+  for (auto& p : params_) {
+    if (p.name != name) continue;
+    p.shard = shard;
+    p.shape = shard.local_shape(p.full_shape);
+    return;
+  }
+  TESSERA_FAIL("[tensor parallel] ", class_name(), " has no parameter '", name, "'");
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (auto& [name, child] : children_) {
+    out.emplace_back(prefix + name, child);
+    auto sub = child->named_modules(prefix + name + ".");
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
 }
 
 void Module::register_module(const std::string& name, Module* child) {
@@ -35,7 +55,8 @@ void Module::register_module(const std::string& name, Module* child) {
 
 std::vector<Module::Parameter> Module::named_parameters(const std::string& prefix) const {
   std::vector<Parameter> out;
-  for (const auto& p : params_) out.push_back({prefix + p.name, p.slot, p.shape, p.optional});
+  for (const auto& p : params_)
+    out.push_back({prefix + p.name, p.slot, p.shape, p.optional, p.shard, p.full_shape});
   for (const auto& [name, child] : children_) {
     auto sub = child->named_parameters(prefix + name + ".");
     out.insert(out.end(), sub.begin(), sub.end());
@@ -68,15 +89,17 @@ std::vector<std::string> Module::load_weights(const WeightSource& source, const 
     const std::string key = opt.prefix + p.name;
     if (!source.contains(key)) {
       TESSERA_CHECK(p.optional, source.describe(), ": missing tensor '", key, "' (expected shape ",
-                    shape_str(p.shape), ")");
+                    shape_str(p.full_shape), ")");
       *p.slot = Tensor();
       continue;
     }
     Tensor t = source.get(key);
-    TESSERA_CHECK(t.shape() == p.shape, source.describe(), ": tensor '", key, "' has shape ",
-                  shape_str(t.shape()), " but the config implies ", shape_str(p.shape));
+    TESSERA_CHECK(t.shape() == p.full_shape, source.describe(), ": tensor '", key, "' has shape ",
+                  shape_str(t.shape()), " but the config implies ", shape_str(p.full_shape));
     TESSERA_CHECK(is_floating(t.dtype()), source.describe(), ": tensor '", key, "' has dtype ",
                   dtype_name(t.dtype()), "; expected a floating-point dtype");
+    // Tensor parallelism: only this rank's slice is read from the memory map.
+    if (p.shard.sharded()) t = read_shard(t, p.shard);
     *p.slot = astype(t, opt.dtype);
     if (g_load_observer) g_load_observer->loaded(p.slot, t, opt.dtype);
     used.insert(key);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/tensor_parallel.h"
 #include "runtime/compile.h"
 #include "runtime/tensor.h"
 
@@ -63,11 +64,16 @@ class Module {
   struct Parameter {
     std::string name;  // full dotted path
     Tensor* slot;
-    Shape shape;       // expected shape from the config
+    Shape shape;       // expected shape from the config (this rank's slice when sharded)
     bool optional;     // may be missing from the checkpoint (then stays undefined)
+    ShardSpec shard;   // tensor parallelism: the slice of the checkpoint tensor this rank keeps
+    Shape full_shape;  // the checkpoint tensor's shape (= shape when not sharded)
   };
   // Every parameter below this module, with full dotted names.
   std::vector<Parameter> named_parameters(const std::string& prefix = "") const;
+  // Every descendant module with its dotted path ("transformer_blocks.0.attn.to_q"), parents
+  // before children.
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
   int64_t parameter_count() const;
   int64_t parameter_bytes() const;
   // Moves every parameter onto `device` (torch's module.to(device)): a copy through the two
@@ -75,7 +81,8 @@ class Module {
   void to(const Device& device);
 
   // Fills every parameter from `source`, checking shapes against the config. Errors name the
-  // tensor, the source and both shapes. Returns the checkpoint tensors nothing asked for.
+  // tensor, the source and both shapes. A sharded parameter reads only its slice (read_shard).
+  // Returns the checkpoint tensors nothing asked for.
   std::vector<std::string> load_weights(const WeightSource& source, const LoadOptions& opt);
   // Drops every parameter (they are reloaded by load_weights; used by model offload).
   void release_weights();
@@ -113,6 +120,9 @@ class Module {
   // Registers a parameter slot owned by this module; `shape` is what the config implies.
   void register_parameter(const std::string& name, Tensor* slot, Shape shape,
                           bool optional = false);
+  // Tensor parallelism: this module's parameter `name` keeps only the slice `shard` of the
+  // checkpoint tensor (its expected shape becomes the slice's).
+  void shard_parameter(const std::string& name, const ShardSpec& shard);
   // Registers a child; its parameters appear as "<name>.<param>".
   void register_module(const std::string& name, Module* child);
   // Registers a list of children as "<name>.0", "<name>.1", ...
@@ -137,6 +147,8 @@ class Module {
     Tensor* slot;
     Shape shape;
     bool optional;
+    ShardSpec shard;
+    Shape full_shape;
   };
   std::vector<OwnParameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;

@@ -14,6 +14,7 @@
 #include "io/json_config.h"
 #include "nn/checkpoint_source.h"
 #include "nn/module.h"
+#include "nn/tensor_parallel.h"
 
 namespace tessera {
 
@@ -25,6 +26,8 @@ namespace tessera {
 //   static std::unique_ptr<WeightSource> weight_source(const CheckpointWeightSource&)
 //       the checkpoint under the model's names (null: as is)
 //   static bool ignored_tensor(const std::string&)  checkpoint tensors it may leave unused
+//   TensorParallelPlan tp_plan() const   how a TensorParallelConfig splits it (nn/tensor_parallel.h);
+//       a model without one loads whole on every rank
 template <typename M>
 concept PretrainedModel = requires(const JsonConfig& c, M& m, const WeightSource& s, DType d) {
   { M::kPretrainedName } -> std::convertible_to<const char*>;
@@ -50,10 +53,15 @@ void load_checked(Module& model, const WeightSource& source, DType dtype,
 // models that declare repeated blocks (the denoisers); others are left as they are.
 void apply_environment(Module& model);
 
+// `tp`: diffusers' from_pretrained(..., parallel_config=TensorParallelConfig(mesh)): the model is
+// split by its plan before loading, so each rank reads only its slices of the checkpoint.
 template <PretrainedModel M>
-std::unique_ptr<M> load_pretrained(const std::string& folder, DType dtype) {
+std::unique_ptr<M> load_pretrained(const std::string& folder, DType dtype,
+                                   const TensorParallelConfig* tp = nullptr) {
   const PretrainedFolder f = open_pretrained_folder(folder, dtype, M::kPretrainedName);
   auto model = std::make_unique<M>(M::config_from_json(f.config));
+  if constexpr (requires(const M& m) { m.tp_plan(); })
+    if (tp) parallelize_module(*model, model->tp_plan(), *tp, M::kPretrainedName);
   const auto checkpoint = CheckpointWeightSource::open(folder);
   std::unique_ptr<WeightSource> renamed;
   if constexpr (requires { M::weight_source(checkpoint); }) renamed = M::weight_source(checkpoint);

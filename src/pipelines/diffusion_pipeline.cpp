@@ -35,6 +35,9 @@ void DiffusionPipeline::begin_loading(PipelineFolder folder, const std::string& 
   class_name_ = class_name;
   dtype_ = opt.dtype;
   device_ = opt.device;
+  tensor_parallel_ = opt.tensor_parallel;
+  TESSERA_CHECK(!tensor_parallel_ || device_ == Device::cpu(), "[", class_name,
+                "] tensor parallelism runs on CPU ranks; got device ", device_.str());
   loading_ = std::make_unique<Loading>();
   loading_->release = opt.offload != OffloadMode::none;
 }

@@ -94,7 +94,8 @@ class DiffusionPipeline {
   // offload, so loading holds one model at a time). Call in execution order.
   template <PretrainedModel M>
   std::unique_ptr<M> load_model(const std::string& name) {
-    auto m = load_pretrained<M>(component(name).path, dtype_);
+    auto m = load_pretrained<M>(component(name).path, dtype_,
+                                tensor_parallel_ ? &*tensor_parallel_ : nullptr);
     adopt(*m, name);
     return m;
   }
@@ -133,6 +134,7 @@ class DiffusionPipeline {
   DType dtype_ = DType::f32;
   OffloadMode offload_ = OffloadMode::none;
   Device device_;
+  std::optional<TensorParallelConfig> tensor_parallel_;
 
  private:
   struct StageStart {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/tensor_parallel.h"
 #include "pipelines/offload.h"
 #include "runtime/device.h"
 #include "runtime/memory_stats.h"
@@ -21,6 +22,9 @@ struct PipelineLoadOptions {
   // never holds more than one model either.
   OffloadMode offload = OffloadMode::none;
   std::optional<Device> offload_device;  // default: detected (first accelerator, else CPU)
+  // Tensor parallelism: the models with a plan (the FLUX.1 transformer) are split over the
+  // mesh's ranks, each reading only its slices; the others load whole on every rank.
+  std::optional<TensorParallelConfig> tensor_parallel;
 };
 
 // Called after each denoising step with (step index, number of steps, latents after the step).

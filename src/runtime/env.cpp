@@ -105,6 +105,14 @@ const EnvSpec kTable[] = {
      "where scripts/setup_xla.sh installs the XLA plugins (CMake's TESSERA_XLA_DIR: where it "
      "looks)",
      "decision 0030", "scripts/setup_xla.sh"},
+    {EnvVar::tp_timeout, "TESSERA_TP_TIMEOUT", K::integer, "10", 1, "",
+     "seconds without a heartbeat after which a tensor-parallel rank is declared failed (every "
+     "rank then exits naming it)",
+     "decision 0040"},
+    {EnvVar::launch_dir, "TESSERA_LAUNCH_DIR", K::string, "", 0, "",
+     "set by tessera launch for its ranks: rank 0 marks there that every rank finished (mpirun "
+     "with --enable-recovery exits 0 whatever the ranks did)",
+     "decision 0040"},
 };
 
 std::string lower(std::string_view s) {

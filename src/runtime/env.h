@@ -48,6 +48,9 @@ enum class EnvVar {
   xla_setup,
   libtpu_setup,
   xla_dir,
+  // Tensor parallelism over MPI (src/distributed).
+  tp_timeout,
+  launch_dir,
 };
 
 enum class EnvKind { flag, integer, string, choice };
