@@ -220,6 +220,8 @@ TEST_F(Xla, InPlaceWriteDonatesTheStorageItReplaces) {
     EXPECT_EQ(a.to(Device::cpu()).to_floats(), av);  // the source is read, never donated
   }
   set_xla_donation(true);
+  // The plugin's own counter, where it has one (the CPU plugin: -1, hence xla_stats' bytes).
+  std::printf("[xla] plugin bytes in use: %lld\n", (long long)xla_plugin_bytes_in_use(kXla));
 }
 
 TEST_F(Xla, SegmentDonatesOnlyInputsNothingElseHolds) {
