@@ -5,6 +5,8 @@
 // bench/run_flux_vs_torch.py. Alone: build/bench/flux_bench [--model DIR] [--dtype f32|bf16]
 // [--sizes 64,128,256] [--txt 64] [--modes eager,defer,compile,regional] [--iters N]
 // [--warmup N] [--vae DIR (AutoencoderKL.decode at --sizes instead)] [--interleave ROUNDS] [--device D (with --interleave)]
+// (with --interleave: [--turn N] steps per turn, default 8; a mode may name its own device,
+// e.g. --modes compile,compile@xla:cpu)
 // plus Google Benchmark's flags (--benchmark_format=json). --interleave runs the modes in turns
 // of a few steps, round after round, and prints Google Benchmark-shaped JSON itself.
 // Inputs are torch.randn(seed 0) draws of the forward() arguments (tessera's generator is
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -45,6 +48,7 @@ struct Options {
   int64_t warmup = 2;
   std::string vae;         // --vae DIR: time AutoencoderKL.decode instead of the transformer
   int64_t interleave = 0;  // rounds of turns of a few steps per mode (0: one mode after another)
+  int64_t turn = 8;        // --turn: steps per turn (the first untimed)
   std::string device = "cpu";  // --device: weights and inputs there (e.g. xla:cpu), --interleave
 };
 
@@ -182,29 +186,41 @@ void run_interleaved(const Options& o) {
   js << "{\"benchmarks\": [";
   bool first = true;
   for (int64_t size : o.sizes) {
+    // A mode may name its device ("compile@xla:cpu"): devices then run side by side in turns.
+    std::vector<std::string> mode_of;
+    std::vector<Device> device_of;
+    for (const auto& m : o.modes) {
+      const size_t at = m.find('@');
+      mode_of.push_back(m.substr(0, at));
+      device_of.push_back(Device::parse(at == std::string::npos ? o.device : m.substr(at + 1)));
+    }
     std::vector<std::unique_ptr<FluxTransformer2DModel>> models;
     std::vector<FluxTransformer2DModel*> of_mode;
-    FluxTransformer2DModel* shared_eager = nullptr;
-    for (const auto& m : o.modes) {
-      if ((m == "eager" || m == "defer") && shared_eager) {
-        of_mode.push_back(shared_eager);
+    std::map<std::string, FluxTransformer2DModel*> shared_eager;  // per device
+    for (size_t k = 0; k < o.modes.size(); ++k) {
+      const std::string& m = mode_of[k];
+      const std::string dev = device_of[k].str();
+      if ((m == "eager" || m == "defer") && shared_eager.count(dev)) {
+        of_mode.push_back(shared_eager[dev]);
         continue;
       }
       models.push_back(FluxTransformer2DModel::from_pretrained(o.model, o.dtype));
-      models.back()->to(Device::parse(o.device));
+      models.back()->to(device_of[k]);
       of_mode.push_back(models.back().get());
-      if (m == "eager" || m == "defer") shared_eager = models.back().get();
+      if (m == "eager" || m == "defer") shared_eager[dev] = models.back().get();
     }
-    const FluxTransformerInputs in = inputs_on(
-        bench::random_flux_inputs(models[0]->config, size, size, o.txt, models[0]->dtype()),
-        Device::parse(o.device));
+    const FluxTransformerInputs host_in =
+        bench::random_flux_inputs(models[0]->config, size, size, o.txt, models[0]->dtype());
+    std::map<std::string, FluxTransformerInputs> in_on;  // the same inputs on each device
+    for (const Device& d : device_of)
+      if (!in_on.count(d.str())) in_on[d.str()] = inputs_on(host_in, d);
     const size_t nm = o.modes.size();
     std::vector<ModeStats> stats(nm);
     std::vector<std::vector<double>> cpu(nm), wall(nm);
     auto step = [&](size_t k, bool timed) {
-      set_eager_mode(o.modes[k] == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
+      set_eager_mode(mode_of[k] == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
       const ModeStats before = mode_stats();
-      const StepTime t = timed_step(*of_mode[k], in);
+      const StepTime t = timed_step(*of_mode[k], in_on[device_of[k].str()]);
       set_eager_mode(EagerMode::DeferNever);
       if (!timed) return;
       const ModeStats after = mode_stats();
@@ -213,33 +229,32 @@ void run_interleaved(const Options& o) {
       cpu[k].push_back(t.cpu * 1e3);
       wall[k].push_back(t.wall * 1e3);
     };
-    CompileOptions copt;
-    copt.backend = backend_for(Device::parse(o.device)).name();
     for (size_t k = 0; k < nm; ++k) {
-      if (o.modes[k] == "compile") of_mode[k]->compile(copt);
-      if (o.modes[k] == "regional") of_mode[k]->compile_repeated_blocks(copt);
+      CompileOptions copt;
+      copt.backend = backend_for(device_of[k]).name();
+      if (mode_of[k] == "compile") of_mode[k]->compile(copt);
+      if (mode_of[k] == "regional") of_mode[k]->compile_repeated_blocks(copt);
       for (int64_t i = 0; i < std::max<int64_t>(o.warmup, 1); ++i) step(k, false);
     }
-    // A turn is kTurn steps of one mode; the first re-warms the caches the other modes used
+    // A turn is --turn steps of one mode; the first re-warms the caches the other modes used
     // (back to back, as in a denoising loop) and is not timed.
-    constexpr int kTurn = 8;
     for (int64_t r = 0; r < o.interleave; ++r)
       for (size_t k = 0; k < nm; ++k)
-        for (int i = 0; i < kTurn; ++i) step(k, i > 0);
+        for (int64_t i = 0; i < o.turn; ++i) step(k, i > 0);
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
+    // Ratios against eager, else against the first mode listed.
     const auto eager_it = std::find(o.modes.begin(), o.modes.end(), "eager");
-    const size_t ke = size_t(eager_it - o.modes.begin());
+    const size_t ke = eager_it == o.modes.end() ? 0 : size_t(eager_it - o.modes.begin());
     for (size_t k = 0; k < nm; ++k) {
       const auto& c = cpu[k];
       const auto& w = wall[k];
       double sum_w = 0, sum_c = 0;
       for (size_t i = 0; i < c.size(); ++i) sum_w += w[i], sum_c += c[i];
       std::vector<double> ratios;
-      if (eager_it != o.modes.end())
-        for (size_t i = 0; i < c.size(); ++i) ratios.push_back(cpu[ke][i] / c[i]);
+      for (size_t i = 0; i < c.size(); ++i) ratios.push_back(cpu[ke][i] / c[i]);
       const double n = double(std::max<size_t>(c.size(), 1));
       js << (first ? "" : ",") << "\n {\"run_name\": \"flux_step/" << dt << "/" << size << "/"
          << o.modes[k] << "\", \"real_time\": " << sum_w / n
@@ -289,13 +304,16 @@ int main_impl(int argc, char** argv) {
       o.vae = value();
     } else if (a == "--device") {
       o.device = value();
+    } else if (a == "--turn") {
+      o.turn = std::stoll(value());
+      if (o.turn < 2) throw std::runtime_error("[flux_bench] --turn needs >= 2 steps");
     } else if (a == "--interleave") {
       o.interleave = std::stoll(value());
       if (o.interleave <= 0) throw std::runtime_error("[flux_bench] --interleave needs rounds > 0");
     } else {
       throw std::runtime_error("[flux_bench] unknown argument '" + a +
                                "'; expected --model, --dtype, --sizes, --txt, --modes, --iters, "
-                               "--warmup, --vae, --interleave, --device or Google Benchmark flags");
+                               "--warmup, --vae, --interleave, --turn, --device or Google Benchmark flags");
     }
   }
   for (int64_t s : o.sizes)

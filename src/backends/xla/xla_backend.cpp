@@ -943,6 +943,8 @@ void set_xla_donation(bool on) {
   g_donate = on ? 1 : 0;
 }
 int64_t xla_plugin_bytes_in_use(const Device& d) {
+  TESSERA_CHECK(d.type == DeviceType::xla || d.type == DeviceType::tpu, "[xla] ", d.str(),
+                " is not an XLA device");
   auto& be = backend_for(d);
   return static_cast<XlaBackend&>(be).client_of(d).plugin_bytes_in_use(d.index);
 }
