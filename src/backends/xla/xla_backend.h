@@ -39,8 +39,6 @@ XlaStats xla_stats();
 void reset_xla_stats();
 // The StableHLO text of the last module compiled (for error reports and tests).
 std::string xla_last_module();
-// Drops every executable held in memory (tests: the next run must compile or read the disk).
-void xla_forget_executables();
 
 // Ahead-of-time compilation (tessera compile, decision 0046). While on, XLA devices compile the
 // programs of deferred segments and compiled functions (and write them to the cache folder)
