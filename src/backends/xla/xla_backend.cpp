@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -46,7 +45,6 @@ bool donation_on() {
 bool g_compile_only = false;
 std::string g_tpu_topology;
 std::vector<XlaAotProgram> g_aot_programs;
-std::map<const void*, std::function<void()>> g_forget;  // each backend's in-memory executables
 
 bool compile_only() {
   std::lock_guard<std::mutex> lock(g_stats_mu);
@@ -106,23 +104,12 @@ struct Platform {
 class XlaBackend final : public Backend {
  public:
   explicit XlaBackend(DeviceType type) : type_(type) {
-    {
-      std::lock_guard<std::mutex> lock(g_stats_mu);
-      g_forget[this] = [this] {
-        cache_.clear();
-        modules_.clear();
-      };
-    }
     if (type == DeviceType::tpu) {
       platforms_.push_back({"tpu", nullptr, "", false, {}});
     } else {
       platforms_.push_back({"cpu", nullptr, "", false, {}});
       platforms_.push_back({"cuda", nullptr, "", false, {}});
     }
-  }
-  ~XlaBackend() override {
-    std::lock_guard<std::mutex> lock(g_stats_mu);
-    g_forget.erase(this);
   }
   const char* name() const override { return type_ == DeviceType::tpu ? "tpu" : "xla"; }
   DeviceType device_type() const override { return type_; }
@@ -951,10 +938,6 @@ int64_t xla_plugin_bytes_in_use(const Device& d) {
 std::string xla_last_module() {
   std::lock_guard<std::mutex> lock(g_stats_mu);
   return g_last_module;
-}
-void xla_forget_executables() {
-  std::lock_guard<std::mutex> lock(g_stats_mu);
-  for (auto& [backend, forget] : g_forget) forget();
 }
 void set_xla_compile_only(bool on, const std::string& tpu_topology) {
   std::lock_guard<std::mutex> lock(g_stats_mu);

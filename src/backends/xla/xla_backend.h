@@ -46,8 +46,6 @@ void set_xla_donation(bool on);
 int64_t xla_plugin_bytes_in_use(const Device& d);
 // The StableHLO text of the last module compiled (for error reports and tests).
 std::string xla_last_module();
-// Drops every executable held in memory (tests: the next run must compile or read the disk).
-void xla_forget_executables();
 
 // Ahead-of-time compilation (tessera compile, decision 0046). While on, XLA devices compile the
 // programs of deferred segments and compiled functions (and write them to the cache folder)
