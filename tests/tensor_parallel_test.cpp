@@ -26,6 +26,7 @@
 #include "distributed/tensor_parallel.h"
 #include "io/checkpoint.h"
 #include "io/png.h"
+#include "models/flux2_transformer.h"
 #include "models/flux_transformer.h"
 #include "nn/tensor_parallel.h"
 #include "ops/copy.h"
@@ -286,9 +287,14 @@ FluxTransformerInputs flux_inputs(const FluxTransformerConfig& c) {
 }
 
 // The split model against the whole one, in strict eager, deferred, compiled and regional modes.
-void expect_tp_matches_whole(FluxTransformer2DModel& whole, FluxTransformer2DModel& split,
+template <typename Model, typename Inputs>
+void expect_tp_matches_whole(Model& whole, Model& split, const Inputs& in,
                              const std::string& what) {
-  const FluxTransformerInputs in = flux_inputs(whole.config);
+  int sharded = 0;
+  for (const auto& p : split.named_parameters()) sharded += p.shard.sharded();
+  auto group = default_process_group();
+  ASSERT_TRUE(group);
+  if (group->size() > 1) ASSERT_GT(sharded, 0) << what << ": nothing was split";
   const Tensor expected = contiguous(whole.forward(in));
   for (const std::string mode : {"eager", "defer", "compile", "regional"}) {
     ModeScope scope(mode == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
@@ -296,7 +302,9 @@ void expect_tp_matches_whole(FluxTransformer2DModel& whole, FluxTransformer2DMod
     if (mode == "compile") split.compile();
     if (mode == "regional") split.compile_repeated_blocks();
     for (int call = 0; call < 2; ++call) {  // the second call replays the cached segment/program
+      const int64_t before = group->collectives();
       const Tensor got = contiguous(split.forward(in));
+      if (group->size() > 1) EXPECT_GT(group->collectives(), before) << what << " " << mode;
       ASSERT_EQ(got.shape(), expected.shape());
       EXPECT_LE(relative_error(got, expected), 1e-5) << what << " " << mode << " call " << call;
     }
@@ -320,7 +328,7 @@ TEST(TensorParallelMpi, FluxFixturesMatchTheWholeModelInEveryMode) {
       continue;
     }
     auto split = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
-    expect_tp_matches_whole(*whole, *split, folder);
+    expect_tp_matches_whole(*whole, *split, flux_inputs(whole->config), folder);
   }
 }
 
@@ -349,7 +357,31 @@ TEST(TensorParallelMpi, FluxWithFourHeadsMatchesTheWholeModelInEveryMode) {
   whole.load_weights(source, opt);
   parallelize_module(split, split.tp_plan(), tp, "[FluxTransformer2DModel]");
   split.load_weights(source, opt);
-  expect_tp_matches_whole(whole, split, "4 heads");
+  expect_tp_matches_whole(whole, split, flux_inputs(whole.config), "4 heads");
+}
+
+// FLUX.2's fixture (4 heads, SwiGLU MLPs, fused single-block projections) on 2 and 4 ranks.
+TEST(TensorParallelMpi, Flux2FixtureMatchesTheWholeModelInEveryMode) {
+  REQUIRE_MPIRUN();
+  const char* folder = "flux2-dev-tiny/transformer";
+  if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+  const TensorParallelConfig tp = world_config();
+  auto whole = Flux2Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32);
+  auto split = Flux2Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+  const Flux2TransformerConfig& c = whole->config;
+  Generator gen(9);
+  Flux2TransformerInputs in;
+  const int64_t img = 16, txt = 8;
+  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, gen);
+  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, gen);
+  in.timestep = Tensor::from_floats({0.6f}, {1});
+  in.guidance = Tensor::from_floats({4.0f}, {1});
+  std::vector<float> img_ids, txt_ids;
+  for (int64_t i = 0; i < img; ++i) img_ids.insert(img_ids.end(), {0.0f, float(i / 4), float(i % 4), 0.0f});
+  for (int64_t i = 0; i < txt; ++i) txt_ids.insert(txt_ids.end(), {0.0f, 0.0f, 0.0f, float(i)});
+  in.img_ids = Tensor::from_floats(img_ids, {img, 4});
+  in.txt_ids = Tensor::from_floats(txt_ids, {txt, 4});
+  expect_tp_matches_whole(*whole, *split, in, folder);
 }
 
 // ---- tessera launch -----------------------------------------------------------------------

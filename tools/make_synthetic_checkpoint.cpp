@@ -310,7 +310,13 @@ void copy_folder(const fs::path& from, const fs::path& to) {
     fs::copy_file(e.path(), to / e.path().filename(), fs::copy_options::overwrite_existing);
 }
 
-int make_flux1_schnell(const fs::path& out, uint64_t seed, const std::vector<std::string>& only) {
+// Layer counts below the published ones keep the full width on a smaller disk (0: published).
+struct Flux2Sizes {
+  int64_t text_encoder_layers = 0, double_blocks = 0, single_blocks = 0;
+};
+
+int make_flux1_schnell(const fs::path& out, uint64_t seed, const std::vector<std::string>& only,
+                       const Flux2Sizes& sizes) {
   auto want = [&](const std::string& c) {
     return only.empty() || std::find(only.begin(), only.end(), c) != only.end();
   };
@@ -332,7 +338,10 @@ int make_flux1_schnell(const fs::path& out, uint64_t seed, const std::vector<std
     write_checkpoint(out / "text_encoder_2", "model", m, 5 * kGB, seed + 1);
   }
   if (want("transformer")) {  // diffusers' 10 GB shards
-    const auto cfg = write_config(out / "transformer", "config.json", kSchnellTransformer);
+    json tcfg = json::parse(kSchnellTransformer);
+    if (sizes.double_blocks > 0) tcfg["num_layers"] = sizes.double_blocks;  // flux-mini: 2, 4
+    if (sizes.single_blocks > 0) tcfg["num_single_layers"] = sizes.single_blocks;
+    const auto cfg = write_config(out / "transformer", "config.json", tcfg.dump().c_str());
     const FluxTransformer2DModel m(
         FluxTransformerConfig::from_json(JsonConfig::load(cfg.string())));
     write_checkpoint(out / "transformer", "diffusion_pytorch_model", m, 10 * kGB, seed + 2);
@@ -386,11 +395,6 @@ int make_sd35(const fs::path& out, bool large, uint64_t seed,
   }
   return 0;
 }
-
-// Layer counts below the published ones keep the full width on a smaller disk (0: published).
-struct Flux2Sizes {
-  int64_t text_encoder_layers = 0, double_blocks = 0, single_blocks = 0;
-};
 
 int make_flux2_dev(const fs::path& out, uint64_t seed, const std::vector<std::string>& only,
                    const Flux2Sizes& sizes) {
@@ -446,10 +450,10 @@ int main(int argc, char** argv) {
                  "flux2-dev: Mistral3 layers to write (default: the published 40)")
       ->check(CLI::PositiveNumber);
   app.add_option("--double-blocks", sizes.double_blocks,
-                 "flux2-dev: double-stream blocks (default: the published 8)")
+                 "flux2-dev, flux1-schnell: double-stream blocks (default: the published 8, 19)")
       ->check(CLI::PositiveNumber);
   app.add_option("--single-blocks", sizes.single_blocks,
-                 "flux2-dev: single-stream blocks (default: the published 48)")
+                 "flux2-dev, flux1-schnell: single-stream blocks (default: the published 48, 38)")
       ->check(CLI::PositiveNumber);
   app.add_option("--output,-o", output, "folder to write (created)")->required();
   app.add_option("--seed", seed, "seed of the random weights");
@@ -468,7 +472,7 @@ int main(int argc, char** argv) {
         if (c == "text_encoder_2") throw std::runtime_error("flux2-dev has no text_encoder_2");
       return tessera::make_flux2_dev(output, seed, only, sizes);
     }
-    return tessera::make_flux1_schnell(output, seed, only);
+    return tessera::make_flux1_schnell(output, seed, only, sizes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_synthetic_checkpoint: error: %s\n", e.what());
     return 1;
