@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -435,66 +436,87 @@ class TensorParallelLaunch : public ::testing::Test {
 
 const std::string kCli = TESSERA_CLI_PATH;
 
-TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePngAsOneAndReadHalfTheSplitWeights) {
-  for (const char* model : {"flux1-schnell-tiny", "flux1-dev-tiny"}) {
-    if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
-    for (const std::string mode : {"eager", "defer", "compile"}) {
-      const std::string one = (dir_ / (std::string(model) + mode + "-1.png")).string();
-      const std::string two = (dir_ / (std::string(model) + mode + "-2.png")).string();
-      const std::string r1 = (dir_ / "r1.json").string(), r2 = (dir_ / "r2.json").string();
-      const ShellRun a = shell(kCli + generate_args(model, "--mode " + mode + " --output " + one +
-                                                          " --report " + r1));
-      ASSERT_EQ(a.exit_code, 0) << a.output;
-      const ShellRun b = shell(kCli + " launch --nproc-per-node 2 --" +
-                          generate_args(model, "--mode " + mode + " --tp 2 --output " + two +
-                                                   " --report " + r2));
-      ASSERT_EQ(b.exit_code, 0) << b.output;
-      // The same picture: the split model's partial sums add up in another order (f32 within
-      // 1e-5, TensorParallelMpi above), which can move a pixel across a rounding boundary of
-      // x * 255; at most one level on at most 0.1% of the values, else the PNG bytes are equal.
-      const PngImage pa = read_png(one), pb = read_png(two);
-      ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
-      size_t differ = 0;
-      int worst = 0;
-      for (size_t i = 0; i < pa.rgb.size(); ++i) {
-        const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
-        differ += d != 0;
-        worst = std::max(worst, d);
-      }
-      EXPECT_LE(worst, 1) << model << " " << mode;
-      EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << model << " " << mode;
-      if (differ == 0)
-        EXPECT_TRUE(read_bytes(one) == read_bytes(two)) << model << " " << mode << ": same pixels, other bytes";
-      std::printf("%s %s: %zu of %zu values differ (by 1)\n", model, mode.c_str(), differ,
-                  pa.rgb.size());
-      const auto j1 = nlohmann::json::parse(read_bytes(r1));
-      const auto j2 = nlohmann::json::parse(read_bytes(r2));
-      ASSERT_EQ(j2["tensor_parallel"]["degree"], 2);
-      EXPECT_GT(j2["tensor_parallel"]["collectives"].get<int64_t>(), 0);
-      // Each rank reads the replicated weights and half of the split ones: below the whole
-      // load, and at most (whole - split) + split / 2 + 5%.
-      const int64_t whole = j1["memory"]["stages"]["load"]["disk_read_bytes"];
-      int64_t split_bytes = 0;
-      {
-        const CheckpointReader ckpt = CheckpointReader::open(fixture_path(std::string(model) + "/transformer"));
-        const TensorParallelConfig tp = stand_in(0, 2);
-        auto shaped = FluxTransformer2DModel::from_pretrained(
-            fixture_path(std::string(model) + "/transformer"), DType::f32, &tp);
-        for (const auto& p : shaped->named_parameters())
-          if (p.shard.sharded()) {
-            const SafetensorsEntry& e = ckpt.entry(p.name);
-            split_bytes += int64_t(e.end - e.begin);
-          }
-      }
-      const double bound = double(whole - split_bytes + split_bytes / 2) * 1.05;
-      for (int64_t read : j2["tensor_parallel"]["checkpoint_read_bytes"]) {
-        EXPECT_LT(read, whole);
-        EXPECT_LE(double(read), bound) << model << " whole " << whole << " split " << split_bytes;
-      }
-      for (int64_t peak : j2["tensor_parallel"]["peak_weight_bytes"])
-        EXPECT_LT(peak, j1["memory"]["stages"]["load"]["peak_weight_bytes"].get<int64_t>());
+// The checkpoint bytes of the transformer tensors that `ranks` ranks split.
+template <typename Model>
+int64_t split_checkpoint_bytes(const std::string& transformer, int ranks) {
+  const CheckpointReader ckpt = CheckpointReader::open(transformer);
+  const TensorParallelConfig tp = stand_in(0, ranks);
+  const auto shaped = Model::from_pretrained(transformer, DType::f32, &tp);
+  int64_t bytes = 0;
+  for (const auto& p : shaped->named_parameters())
+    if (p.shard.sharded()) {
+      const SafetensorsEntry& e = ckpt.entry(p.name);
+      bytes += int64_t(e.end - e.begin);
     }
+  return bytes;
+}
+
+// tessera launch with --tp N against tessera generate: the same picture, and each rank reading
+// the replicated weights and 1/N of the split ones.
+void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::string& model,
+                               const std::string& mode, int ranks,
+                               const std::function<std::string(const std::string&)>& args) {
+  const std::string one = (dir / (model + mode + "-1.png")).string();
+  const std::string many = (dir / (model + mode + "-n.png")).string();
+  const std::string r1 = (dir / "r1.json").string(), rn = (dir / "rn.json").string();
+  const ShellRun a = shell(kCli + args("--mode " + mode + " --output " + one + " --report " + r1));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const ShellRun b = shell(kCli + " launch --nproc-per-node " + std::to_string(ranks) + " --" +
+                           args("--mode " + mode + " --tp " + std::to_string(ranks) +
+                                " --output " + many + " --report " + rn));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  // The same picture: the split model's partial sums add up in another order (f32 within
+  // 1e-5, TensorParallelMpi above), which can move a pixel across a rounding boundary of
+  // x * 255; at most one level on at most 0.1% of the values, else the PNG bytes are equal.
+  const PngImage pa = read_png(one), pb = read_png(many);
+  ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
+  size_t differ = 0;
+  int worst = 0;
+  for (size_t i = 0; i < pa.rgb.size(); ++i) {
+    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
+    differ += d != 0;
+    worst = std::max(worst, d);
   }
+  EXPECT_LE(worst, 1) << model << " " << mode;
+  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << model << " " << mode;
+  if (differ == 0)
+    EXPECT_TRUE(read_bytes(one) == read_bytes(many)) << model << " " << mode << ": same pixels";
+  std::printf("%s %s TP=%d: %zu of %zu values differ (by 1)\n", model.c_str(), mode.c_str(),
+              ranks, differ, pa.rgb.size());
+  const auto j1 = nlohmann::json::parse(read_bytes(r1));
+  const auto jn = nlohmann::json::parse(read_bytes(rn));
+  ASSERT_EQ(jn["tensor_parallel"]["degree"], ranks);
+  EXPECT_GT(jn["tensor_parallel"]["collectives"].get<int64_t>(), 0);
+  const int64_t whole = j1["memory"]["stages"]["load"]["disk_read_bytes"];
+  const std::string transformer = fixture_path(model + "/transformer");
+  const int64_t split = model.rfind("flux2", 0) == 0
+                            ? split_checkpoint_bytes<Flux2Transformer2DModel>(transformer, ranks)
+                            : split_checkpoint_bytes<FluxTransformer2DModel>(transformer, ranks);
+  ASSERT_GT(split, 0);
+  const double bound = double(whole - split + split / ranks) * 1.05;
+  for (int64_t read : jn["tensor_parallel"]["checkpoint_read_bytes"]) {
+    EXPECT_LT(read, whole);
+    EXPECT_LE(double(read), bound) << model << " whole " << whole << " split " << split;
+  }
+  for (int64_t peak : jn["tensor_parallel"]["peak_weight_bytes"])
+    EXPECT_LT(peak, j1["memory"]["stages"]["load"]["peak_weight_bytes"].get<int64_t>());
+}
+
+TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePictureAsOneAndReadHalfTheSplitWeights) {
+  for (const char* model : {"flux1-schnell-tiny", "flux1-dev-tiny", "flux2-dev-tiny"}) {
+    if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
+    for (const std::string mode : {"eager", "defer", "compile"})
+      expect_launch_matches_tp1(dir_, model, mode, 2,
+                                [&](const std::string& extra) { return generate_args(model, extra); });
+  }
+}
+
+// FLUX.2's fixture has 4 heads: 4 ranks (oversubscribed on small machines).
+TEST_F(TensorParallelLaunch, FourRanksWriteTheSamePictureAsOne) {
+  const char* model = "flux2-dev-tiny";
+  if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
+  expect_launch_matches_tp1(dir_, model, "eager", 4,
+                            [&](const std::string& extra) { return generate_args(model, extra); });
 }
 
 TEST_F(TensorParallelLaunch, FourRanksOnTwoHeadsIsAClearError) {
