@@ -29,6 +29,7 @@
 #include "io/png.h"
 #include "models/flux2_transformer.h"
 #include "models/flux_transformer.h"
+#include "models/sd3_transformer.h"
 #include "nn/tensor_parallel.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
@@ -382,6 +383,32 @@ TEST(TensorParallelMpi, Flux2FixtureMatchesTheWholeModelInEveryMode) {
   for (int64_t i = 0; i < txt; ++i) txt_ids.insert(txt_ids.end(), {0.0f, 0.0f, 0.0f, float(i)});
   in.img_ids = Tensor::from_floats(img_ids, {img, 4});
   in.txt_ids = Tensor::from_floats(txt_ids, {txt, 4});
+  expect_tp_matches_whole(*whole, *split, in, folder);
+}
+
+// SD3.5-medium's fixture (joint and dual attention, the context-pre-only last block): 2 heads, so
+// 2 ranks; on 4 the heads check refuses it.
+TEST(TensorParallelMpi, Sd3FixtureMatchesTheWholeModelInEveryMode) {
+  REQUIRE_MPIRUN();
+  const char* folder = "sd35-medium-tiny/transformer";
+  if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+  const TensorParallelConfig tp = world_config();
+  auto whole = SD3Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32);
+  const SD3TransformerConfig& c = whole->config;
+  if (c.num_attention_heads % tp.degree() != 0) {
+    EXPECT_NE(error_message([&] {
+                SD3Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+              }).find("num_attention_heads=2 is not divisible"),
+              std::string::npos);
+    return;
+  }
+  auto split = SD3Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+  Generator gen(13);
+  SD3TransformerInputs in;
+  in.hidden_states = randn({1, c.in_channels, 8, 8}, DType::f32, gen);
+  in.encoder_hidden_states = randn({1, 8, c.joint_attention_dim}, DType::f32, gen);
+  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, gen);
+  in.timestep = Tensor::from_floats({500.0f}, {1});
   expect_tp_matches_whole(*whole, *split, in, folder);
 }
 
