@@ -516,9 +516,10 @@ void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::stri
   EXPECT_GT(jn["tensor_parallel"]["collectives"].get<int64_t>(), 0);
   const int64_t whole = j1["memory"]["stages"]["load"]["disk_read_bytes"];
   const std::string transformer = fixture_path(model + "/transformer");
-  const int64_t split = model.rfind("flux2", 0) == 0
-                            ? split_checkpoint_bytes<Flux2Transformer2DModel>(transformer, ranks)
-                            : split_checkpoint_bytes<FluxTransformer2DModel>(transformer, ranks);
+  const int64_t split =
+      model.rfind("flux2", 0) == 0 ? split_checkpoint_bytes<Flux2Transformer2DModel>(transformer, ranks)
+      : model.rfind("sd35", 0) == 0 ? split_checkpoint_bytes<SD3Transformer2DModel>(transformer, ranks)
+                                    : split_checkpoint_bytes<FluxTransformer2DModel>(transformer, ranks);
   ASSERT_GT(split, 0);
   const double bound = double(whole - split + split / ranks) * 1.05;
   for (int64_t read : jn["tensor_parallel"]["checkpoint_read_bytes"]) {
@@ -530,7 +531,8 @@ void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::stri
 }
 
 TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePictureAsOneAndReadHalfTheSplitWeights) {
-  for (const char* model : {"flux1-schnell-tiny", "flux1-dev-tiny", "flux2-dev-tiny"}) {
+  for (const char* model :
+       {"flux1-schnell-tiny", "flux1-dev-tiny", "flux2-dev-tiny", "sd35-medium-tiny"}) {
     if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
     for (const std::string mode : {"eager", "defer", "compile"})
       expect_launch_matches_tp1(dir_, model, mode, 2,
