@@ -32,6 +32,8 @@ const std::set<std::string> kNotEnvironment = {
     "TESSERA_SANITIZE",     "TESSERA_BUILD_BENCH",  // CMake options
     "TESSERA_BUILD_TESTS",  "TESSERA_SOURCES",      //
     "TESSERA_HAS_XLA",      "TESSERA_XLA_SOURCES",  // the XLA backend's CMake switch
+    "TESSERA_HAS_MPI",      "TESSERA_MPIRUN",       // the MPI process group's CMake switch
+    "TESSERA_MPI_SOURCES",                          //
 };
 
 std::string read_all(const fs::path& p) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -26,7 +27,9 @@
 #include "distributed/tensor_parallel.h"
 #include "io/checkpoint.h"
 #include "io/png.h"
+#include "models/flux2_transformer.h"
 #include "models/flux_transformer.h"
+#include "models/sd3_transformer.h"
 #include "nn/tensor_parallel.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
@@ -286,9 +289,14 @@ FluxTransformerInputs flux_inputs(const FluxTransformerConfig& c) {
 }
 
 // The split model against the whole one, in strict eager, deferred, compiled and regional modes.
-void expect_tp_matches_whole(FluxTransformer2DModel& whole, FluxTransformer2DModel& split,
+template <typename Model, typename Inputs>
+void expect_tp_matches_whole(Model& whole, Model& split, const Inputs& in,
                              const std::string& what) {
-  const FluxTransformerInputs in = flux_inputs(whole.config);
+  int sharded = 0;
+  for (const auto& p : split.named_parameters()) sharded += p.shard.sharded();
+  auto group = default_process_group();
+  ASSERT_TRUE(group);
+  if (group->size() > 1) ASSERT_GT(sharded, 0) << what << ": nothing was split";
   const Tensor expected = contiguous(whole.forward(in));
   for (const std::string mode : {"eager", "defer", "compile", "regional"}) {
     ModeScope scope(mode == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
@@ -296,7 +304,9 @@ void expect_tp_matches_whole(FluxTransformer2DModel& whole, FluxTransformer2DMod
     if (mode == "compile") split.compile();
     if (mode == "regional") split.compile_repeated_blocks();
     for (int call = 0; call < 2; ++call) {  // the second call replays the cached segment/program
+      const int64_t before = group->collectives();
       const Tensor got = contiguous(split.forward(in));
+      if (group->size() > 1) EXPECT_GT(group->collectives(), before) << what << " " << mode;
       ASSERT_EQ(got.shape(), expected.shape());
       EXPECT_LE(relative_error(got, expected), 1e-5) << what << " " << mode << " call " << call;
     }
@@ -320,7 +330,7 @@ TEST(TensorParallelMpi, FluxFixturesMatchTheWholeModelInEveryMode) {
       continue;
     }
     auto split = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
-    expect_tp_matches_whole(*whole, *split, folder);
+    expect_tp_matches_whole(*whole, *split, flux_inputs(whole->config), folder);
   }
 }
 
@@ -349,7 +359,57 @@ TEST(TensorParallelMpi, FluxWithFourHeadsMatchesTheWholeModelInEveryMode) {
   whole.load_weights(source, opt);
   parallelize_module(split, split.tp_plan(), tp, "[FluxTransformer2DModel]");
   split.load_weights(source, opt);
-  expect_tp_matches_whole(whole, split, "4 heads");
+  expect_tp_matches_whole(whole, split, flux_inputs(whole.config), "4 heads");
+}
+
+// FLUX.2's fixture (4 heads, SwiGLU MLPs, fused single-block projections) on 2 and 4 ranks.
+TEST(TensorParallelMpi, Flux2FixtureMatchesTheWholeModelInEveryMode) {
+  REQUIRE_MPIRUN();
+  const char* folder = "flux2-dev-tiny/transformer";
+  if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+  const TensorParallelConfig tp = world_config();
+  auto whole = Flux2Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32);
+  auto split = Flux2Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+  const Flux2TransformerConfig& c = whole->config;
+  Generator gen(9);
+  Flux2TransformerInputs in;
+  const int64_t img = 16, txt = 8;
+  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, gen);
+  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, gen);
+  in.timestep = Tensor::from_floats({0.6f}, {1});
+  in.guidance = Tensor::from_floats({4.0f}, {1});
+  std::vector<float> img_ids, txt_ids;
+  for (int64_t i = 0; i < img; ++i) img_ids.insert(img_ids.end(), {0.0f, float(i / 4), float(i % 4), 0.0f});
+  for (int64_t i = 0; i < txt; ++i) txt_ids.insert(txt_ids.end(), {0.0f, 0.0f, 0.0f, float(i)});
+  in.img_ids = Tensor::from_floats(img_ids, {img, 4});
+  in.txt_ids = Tensor::from_floats(txt_ids, {txt, 4});
+  expect_tp_matches_whole(*whole, *split, in, folder);
+}
+
+// SD3.5-medium's fixture (joint and dual attention, the context-pre-only last block): 2 heads, so
+// 2 ranks; on 4 the heads check refuses it.
+TEST(TensorParallelMpi, Sd3FixtureMatchesTheWholeModelInEveryMode) {
+  REQUIRE_MPIRUN();
+  const char* folder = "sd35-medium-tiny/transformer";
+  if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+  const TensorParallelConfig tp = world_config();
+  auto whole = SD3Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32);
+  const SD3TransformerConfig& c = whole->config;
+  if (c.num_attention_heads % tp.degree() != 0) {
+    EXPECT_NE(error_message([&] {
+                SD3Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+              }).find("num_attention_heads=2 is not divisible"),
+              std::string::npos);
+    return;
+  }
+  auto split = SD3Transformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+  Generator gen(13);
+  SD3TransformerInputs in;
+  in.hidden_states = randn({1, c.in_channels, 8, 8}, DType::f32, gen);
+  in.encoder_hidden_states = randn({1, 8, c.joint_attention_dim}, DType::f32, gen);
+  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, gen);
+  in.timestep = Tensor::from_floats({500.0f}, {1});
+  expect_tp_matches_whole(*whole, *split, in, folder);
 }
 
 // ---- tessera launch -----------------------------------------------------------------------
@@ -403,66 +463,89 @@ class TensorParallelLaunch : public ::testing::Test {
 
 const std::string kCli = TESSERA_CLI_PATH;
 
-TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePngAsOneAndReadHalfTheSplitWeights) {
-  for (const char* model : {"flux1-schnell-tiny", "flux1-dev-tiny"}) {
-    if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
-    for (const std::string mode : {"eager", "defer", "compile"}) {
-      const std::string one = (dir_ / (std::string(model) + mode + "-1.png")).string();
-      const std::string two = (dir_ / (std::string(model) + mode + "-2.png")).string();
-      const std::string r1 = (dir_ / "r1.json").string(), r2 = (dir_ / "r2.json").string();
-      const ShellRun a = shell(kCli + generate_args(model, "--mode " + mode + " --output " + one +
-                                                          " --report " + r1));
-      ASSERT_EQ(a.exit_code, 0) << a.output;
-      const ShellRun b = shell(kCli + " launch --nproc-per-node 2 --" +
-                          generate_args(model, "--mode " + mode + " --tp 2 --output " + two +
-                                                   " --report " + r2));
-      ASSERT_EQ(b.exit_code, 0) << b.output;
-      // The same picture: the split model's partial sums add up in another order (f32 within
-      // 1e-5, TensorParallelMpi above), which can move a pixel across a rounding boundary of
-      // x * 255; at most one level on at most 0.1% of the values, else the PNG bytes are equal.
-      const PngImage pa = read_png(one), pb = read_png(two);
-      ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
-      size_t differ = 0;
-      int worst = 0;
-      for (size_t i = 0; i < pa.rgb.size(); ++i) {
-        const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
-        differ += d != 0;
-        worst = std::max(worst, d);
-      }
-      EXPECT_LE(worst, 1) << model << " " << mode;
-      EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << model << " " << mode;
-      if (differ == 0)
-        EXPECT_TRUE(read_bytes(one) == read_bytes(two)) << model << " " << mode << ": same pixels, other bytes";
-      std::printf("%s %s: %zu of %zu values differ (by 1)\n", model, mode.c_str(), differ,
-                  pa.rgb.size());
-      const auto j1 = nlohmann::json::parse(read_bytes(r1));
-      const auto j2 = nlohmann::json::parse(read_bytes(r2));
-      ASSERT_EQ(j2["tensor_parallel"]["degree"], 2);
-      EXPECT_GT(j2["tensor_parallel"]["collectives"].get<int64_t>(), 0);
-      // Each rank reads the replicated weights and half of the split ones: below the whole
-      // load, and at most (whole - split) + split / 2 + 5%.
-      const int64_t whole = j1["memory"]["stages"]["load"]["disk_read_bytes"];
-      int64_t split_bytes = 0;
-      {
-        const CheckpointReader ckpt = CheckpointReader::open(fixture_path(std::string(model) + "/transformer"));
-        const TensorParallelConfig tp = stand_in(0, 2);
-        auto shaped = FluxTransformer2DModel::from_pretrained(
-            fixture_path(std::string(model) + "/transformer"), DType::f32, &tp);
-        for (const auto& p : shaped->named_parameters())
-          if (p.shard.sharded()) {
-            const SafetensorsEntry& e = ckpt.entry(p.name);
-            split_bytes += int64_t(e.end - e.begin);
-          }
-      }
-      const double bound = double(whole - split_bytes + split_bytes / 2) * 1.05;
-      for (int64_t read : j2["tensor_parallel"]["checkpoint_read_bytes"]) {
-        EXPECT_LT(read, whole);
-        EXPECT_LE(double(read), bound) << model << " whole " << whole << " split " << split_bytes;
-      }
-      for (int64_t peak : j2["tensor_parallel"]["peak_weight_bytes"])
-        EXPECT_LT(peak, j1["memory"]["stages"]["load"]["peak_weight_bytes"].get<int64_t>());
+// The checkpoint bytes of the transformer tensors that `ranks` ranks split.
+template <typename Model>
+int64_t split_checkpoint_bytes(const std::string& transformer, int ranks) {
+  const CheckpointReader ckpt = CheckpointReader::open(transformer);
+  const TensorParallelConfig tp = stand_in(0, ranks);
+  const auto shaped = Model::from_pretrained(transformer, DType::f32, &tp);
+  int64_t bytes = 0;
+  for (const auto& p : shaped->named_parameters())
+    if (p.shard.sharded()) {
+      const SafetensorsEntry& e = ckpt.entry(p.name);
+      bytes += int64_t(e.end - e.begin);
     }
+  return bytes;
+}
+
+// tessera launch with --tp N against tessera generate: the same picture, and each rank reading
+// the replicated weights and 1/N of the split ones.
+void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::string& model,
+                               const std::string& mode, int ranks,
+                               const std::function<std::string(const std::string&)>& args) {
+  const std::string one = (dir / (model + mode + "-1.png")).string();
+  const std::string many = (dir / (model + mode + "-n.png")).string();
+  const std::string r1 = (dir / "r1.json").string(), rn = (dir / "rn.json").string();
+  const ShellRun a = shell(kCli + args("--mode " + mode + " --output " + one + " --report " + r1));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const ShellRun b = shell(kCli + " launch --nproc-per-node " + std::to_string(ranks) + " --" +
+                           args("--mode " + mode + " --tp " + std::to_string(ranks) +
+                                " --output " + many + " --report " + rn));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  // The same picture: the split model's partial sums add up in another order (f32 within
+  // 1e-5, TensorParallelMpi above), which can move a pixel across a rounding boundary of
+  // x * 255; at most one level on at most 0.1% of the values, else the PNG bytes are equal.
+  const PngImage pa = read_png(one), pb = read_png(many);
+  ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
+  size_t differ = 0;
+  int worst = 0;
+  for (size_t i = 0; i < pa.rgb.size(); ++i) {
+    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
+    differ += d != 0;
+    worst = std::max(worst, d);
   }
+  EXPECT_LE(worst, 1) << model << " " << mode;
+  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << model << " " << mode;
+  if (differ == 0)
+    EXPECT_TRUE(read_bytes(one) == read_bytes(many)) << model << " " << mode << ": same pixels";
+  std::printf("%s %s TP=%d: %zu of %zu values differ (by 1)\n", model.c_str(), mode.c_str(),
+              ranks, differ, pa.rgb.size());
+  const auto j1 = nlohmann::json::parse(read_bytes(r1));
+  const auto jn = nlohmann::json::parse(read_bytes(rn));
+  ASSERT_EQ(jn["tensor_parallel"]["degree"], ranks);
+  EXPECT_GT(jn["tensor_parallel"]["collectives"].get<int64_t>(), 0);
+  const int64_t whole = j1["memory"]["stages"]["load"]["disk_read_bytes"];
+  const std::string transformer = fixture_path(model + "/transformer");
+  const int64_t split =
+      model.rfind("flux2", 0) == 0 ? split_checkpoint_bytes<Flux2Transformer2DModel>(transformer, ranks)
+      : model.rfind("sd35", 0) == 0 ? split_checkpoint_bytes<SD3Transformer2DModel>(transformer, ranks)
+                                    : split_checkpoint_bytes<FluxTransformer2DModel>(transformer, ranks);
+  ASSERT_GT(split, 0);
+  const double bound = double(whole - split + split / ranks) * 1.05;
+  for (int64_t read : jn["tensor_parallel"]["checkpoint_read_bytes"]) {
+    EXPECT_LT(read, whole);
+    EXPECT_LE(double(read), bound) << model << " whole " << whole << " split " << split;
+  }
+  for (int64_t peak : jn["tensor_parallel"]["peak_weight_bytes"])
+    EXPECT_LT(peak, j1["memory"]["stages"]["load"]["peak_weight_bytes"].get<int64_t>());
+}
+
+TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePictureAsOneAndReadHalfTheSplitWeights) {
+  for (const char* model :
+       {"flux1-schnell-tiny", "flux1-dev-tiny", "flux2-dev-tiny", "sd35-medium-tiny"}) {
+    if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
+    for (const std::string mode : {"eager", "defer", "compile"})
+      expect_launch_matches_tp1(dir_, model, mode, 2,
+                                [&](const std::string& extra) { return generate_args(model, extra); });
+  }
+}
+
+// FLUX.2's fixture has 4 heads: 4 ranks (oversubscribed on small machines).
+TEST_F(TensorParallelLaunch, FourRanksWriteTheSamePictureAsOne) {
+  const char* model = "flux2-dev-tiny";
+  if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
+  expect_launch_matches_tp1(dir_, model, "eager", 4,
+                            [&](const std::string& extra) { return generate_args(model, extra); });
 }
 
 TEST_F(TensorParallelLaunch, FourRanksOnTwoHeadsIsAClearError) {

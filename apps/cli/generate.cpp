@@ -147,7 +147,8 @@ int run_generate(const GenerateOptions& o) {
     bool sharded = false;
     for (const auto& p : pipe->denoiser().named_parameters()) sharded |= p.shard.sharded();
     TESSERA_CHECK(sharded, "[generate] --tp ", o.tp, ": ", pipe->class_name(),
-                  "'s denoiser has no tensor-parallel plan (the FLUX.1 transformer has one)");
+                  "'s denoiser has no tensor-parallel plan (the FLUX.1, FLUX.2 and SD3 "
+                  "transformers have one)");
   }
   if (compile_full || o.compile_regional) pipe->denoiser().reset_compile();
   CompileOptions copt;  // programs for the execution device's backend (cpu, xla)
@@ -344,7 +345,7 @@ void register_generate(CLI::App& app, Runner& run) {
   sub->add_option("--output,-o", o->output, "output PNG (with --num-images N: name-0.png ...)");
   sub->add_option("--report", o->report, "write a JSON report: times per stage, peak memory");
   sub->add_option("--tp", o->tp,
-                  "tensor-parallel degree: the FLUX.1 transformer split over N ranks started by "
+                  "tensor-parallel degree: the transformer (FLUX.1, FLUX.2, SD3) split over N ranks started by "
                   "tessera launch --nproc-per-node N (default 1)")
       ->check(CLI::PositiveNumber);
   sub->callback([o, &run] { run = [o] { return run_generate(*o); }; });

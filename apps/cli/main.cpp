@@ -17,7 +17,11 @@ namespace {
 int fail(std::string message) {
   for (char& c : message)
     if (c == '\n' || c == '\r') c = ' ';  // keep the error on one line
-  std::fprintf(stderr, "tessera: error: %s\n", message.c_str());
+  // A rank of tessera launch says which one it is (every rank may print the same error).
+  const char* rank = tessera::env::raw("OMPI_COMM_WORLD_RANK");
+  const char* size = tessera::env::raw("OMPI_COMM_WORLD_SIZE");
+  const std::string who = rank && size && std::atoi(size) > 1 ? std::string("[rank ") + rank + "] " : "";
+  std::fprintf(stderr, "tessera: error: %s%s\n", who.c_str(), message.c_str());
   return 1;
 }
 

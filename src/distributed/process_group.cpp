@@ -25,7 +25,7 @@ bool mpi_available() {
 
 bool launched_by_mpirun() {
   // OpenMPI's launcher sets these in every rank's environment.
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* size = env::raw("OMPI_COMM_WORLD_SIZE");
   return size && std::atoi(size) > 1;
 }
 

@@ -138,6 +138,25 @@ Flux2BlockOutput Flux2TransformerBlock::forward_impl(const Tensor& hs_in, const 
   return {enc, hs, a.encoder_hidden_states, a.hidden_states};
 }
 
+TensorParallelPlan Flux2Transformer2DModel::tp_plan() const {
+  TensorParallelPlan plan;
+  const auto col = ParallelStyle::colwise, row = ParallelStyle::rowwise;
+  const int64_t inner = config.inner_dim(), mlp = config.mlp_hidden_dim();
+  for (const char* name : {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"})
+    plan.entries.push_back({std::string("transformer_blocks.*.attn.") + name, col, {}});
+  plan.entries.push_back({"transformer_blocks.*.attn.to_out.0", row, {}});
+  plan.entries.push_back({"transformer_blocks.*.attn.to_add_out", row, {}});
+  for (const char* ff : {"ff", "ff_context"}) {
+    plan.entries.push_back({std::string("transformer_blocks.*.") + ff + ".linear_in", col, {mlp, mlp}});
+    plan.entries.push_back({std::string("transformer_blocks.*.") + ff + ".linear_out", row, {}});
+  }
+  plan.entries.push_back({"single_transformer_blocks.*.attn.to_qkv_mlp_proj", col,
+                          {inner, inner, inner, mlp, mlp}});
+  plan.entries.push_back({"single_transformer_blocks.*.attn.to_out", row, {inner, mlp}});
+  plan.divisible = {{"num_attention_heads", config.num_attention_heads}};
+  return plan;
+}
+
 Flux2ParallelSelfAttention::Flux2ParallelSelfAttention(int64_t dim, int64_t h, int64_t hd,
                                                        int64_t mlp_hidden, double eps)
     : heads(h),
@@ -155,8 +174,10 @@ Flux2ParallelSelfAttention::Flux2ParallelSelfAttention(int64_t dim, int64_t h, i
 
 Tensor Flux2ParallelSelfAttention::operator()(const Tensor& x,
                                               const nn::RotaryEmbedding& rotary) const {
-  const int64_t inner = heads * head_dim;
-  const auto parts = split(to_qkv_mlp_proj(x), {inner, inner, inner, 2 * mlp_hidden_dim}, 2);
+  // Under tensor parallelism the fused projection holds this rank's heads and MLP features.
+  const int64_t ranks = to_qkv_mlp_proj.tp_degree;
+  const int64_t inner = heads * head_dim / ranks, mlp_width = mlp_hidden_dim / ranks;
+  const auto parts = split(to_qkv_mlp_proj(x), {inner, inner, inner, 2 * mlp_width}, 2);
   Tensor q = norm_q(unflatten_heads(parts[0], head_dim));
   Tensor k = norm_k(unflatten_heads(parts[1], head_dim));
   const Tensor v = unflatten_heads(parts[2], head_dim);

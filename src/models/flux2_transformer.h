@@ -140,10 +140,16 @@ struct Flux2TransformerInputs {
 class Flux2Transformer2DModel : public Module {
  public:
   explicit Flux2Transformer2DModel(const Flux2TransformerConfig& config);
+  // `tp`: split over its ranks by tp_plan(), each rank reading only its slices.
   static std::unique_ptr<Flux2Transformer2DModel> from_pretrained(
-      const std::string& component_folder, DType dtype) {
-    return load_pretrained<Flux2Transformer2DModel>(component_folder, dtype);
+      const std::string& component_folder, DType dtype, const TensorParallelConfig* tp = nullptr) {
+    return load_pretrained<Flux2Transformer2DModel>(component_folder, dtype, tp);
   }
+  // diffusers' Flux2Transformer2DModel._tp_plan: q/k/v of both streams and the SwiGLU MLP-in
+  // ([gate, up], packed) column-wise, attention outputs and MLP-out row-wise; the single blocks'
+  // fused to_qkv_mlp_proj ([q, k, v, gate, up]) column-wise packed and to_out ([attention, MLP])
+  // row-wise packed. Modulations and embedders stay whole.
+  TensorParallelPlan tp_plan() const;
   // For load_pretrained (nn/pretrained.h).
   static constexpr const char* kPretrainedName = "[Flux2Transformer2DModel]";
   static Flux2TransformerConfig config_from_json(const JsonConfig& c) {

@@ -218,6 +218,20 @@ SD3Transformer2DModel::SD3Transformer2DModel(const SD3TransformerConfig& cfg)
   register_module("proj_out", &proj_out);
 }
 
+TensorParallelPlan SD3Transformer2DModel::tp_plan() const {
+  TensorParallelPlan plan;
+  const auto col = ParallelStyle::colwise, row = ParallelStyle::rowwise;
+  for (const char* name : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj",
+                           "attn.add_k_proj", "attn.add_v_proj", "attn2.to_q", "attn2.to_k",
+                           "attn2.to_v", "ff.net.0.proj", "ff_context.net.0.proj"})
+    plan.entries.push_back({std::string("transformer_blocks.*.") + name, col, {}});
+  for (const char* name : {"attn.to_out.0", "attn.to_add_out", "attn2.to_out.0", "ff.net.2",
+                           "ff_context.net.2"})
+    plan.entries.push_back({std::string("transformer_blocks.*.") + name, row, {}});
+  plan.divisible = {{"num_attention_heads", config.num_attention_heads}};
+  return plan;
+}
+
 std::vector<std::string> SD3Transformer2DModel::capture_names(
     const std::vector<int64_t>& skip) const {
   std::vector<std::string> names = {"pos_embed", "time_text_embed", "context_embedder"};

@@ -90,10 +90,14 @@ struct SD3TransformerInputs {
 class SD3Transformer2DModel : public Module {
  public:
   explicit SD3Transformer2DModel(const SD3TransformerConfig& config);
-  static std::unique_ptr<SD3Transformer2DModel> from_pretrained(const std::string& component_folder,
-                                                                DType dtype) {
-    return load_pretrained<SD3Transformer2DModel>(component_folder, dtype);
+  // `tp`: split over its ranks by tp_plan(), each rank reading only its slices.
+  static std::unique_ptr<SD3Transformer2DModel> from_pretrained(
+      const std::string& component_folder, DType dtype, const TensorParallelConfig* tp = nullptr) {
+    return load_pretrained<SD3Transformer2DModel>(component_folder, dtype, tp);
   }
+  // diffusers' SD3Transformer2DModel._tp_plan: q/k/v of both streams (and of SD3.5's attn2) and
+  // MLP-in column-wise; attention outputs and MLP-out row-wise. Heads stay whole on a rank.
+  TensorParallelPlan tp_plan() const;
   static constexpr const char* kPretrainedName = "[SD3Transformer2DModel]";
   static SD3TransformerConfig config_from_json(const JsonConfig& c) {
     return SD3TransformerConfig::from_json(c);

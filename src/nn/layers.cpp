@@ -50,6 +50,7 @@ void Linear::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
   }
   parallel_style = style;
   tp_group = tp.group;
+  tp_degree = n;
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, bool has_bias)

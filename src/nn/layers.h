@@ -25,6 +25,7 @@ class Linear : public Module {
   Tensor weight, bias;
   ParallelStyle parallel_style = ParallelStyle::replicate;
   std::shared_ptr<ProcessGroup> tp_group;  // rowwise: the all-reduce's group
+  int64_t tp_degree = 1;  // ranks the split features are spread over (1: not split)
 
  private:
   bool bias_registered_;
