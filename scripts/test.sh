@@ -14,6 +14,7 @@ if [ "${TESSERA_SKIP_SANITIZE:-0}" != "1" ]; then
   # reads past a heap block while creating a bf16 convolution in about 1 run of 35 under ASan's
   # allocator (docs/decisions/0013-sanitizer-rerun.md). The Release pass never reruns.
   (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions=$root/tests/lsan_suppressions.txt \
     ctest --output-on-failure -j"$(nproc)" -E '^fuzz' --repeat until-pass:2)
 fi
 echo "tests: all passed"
