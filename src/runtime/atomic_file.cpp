@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "runtime/error.h"
 
@@ -52,6 +54,21 @@ void write_file_atomically(const std::string& path, const std::function<bool(std
     ::unlink(tmp.c_str());
     TESSERA_FAIL(path, ": cannot replace the file (", std::strerror(err), ")");
   }
+}
+
+bool read_whole_file(const std::string& path, std::string* bytes) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream buf;
+  buf << f.rdbuf();
+  *bytes = buf.str();
+  return true;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 }  // namespace tessera

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "runtime/atomic_file.h"
@@ -18,22 +17,16 @@ uint64_t text_checksum(const std::string& s) {
   return h.value();
 }
 
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 }  // namespace
 
 std::string plan_path(const std::string& dir, uint64_t fingerprint) {
-  return (std::filesystem::path(dir) / ("plan-" + hex(fingerprint) + ".tplan")).string();
+  return (std::filesystem::path(dir) / ("plan-" + hex64(fingerprint) + ".tplan")).string();
 }
 
 namespace {
 std::string plan_header(uint64_t fingerprint) {
   return "tessera-plan " + std::to_string(kPlanFormat) + " " + TESSERA_VERSION + " " +
-         hex(fingerprint);
+         hex64(fingerprint);
 }
 
 }  // namespace
@@ -42,11 +35,8 @@ bool load_plan(const std::string& path, uint64_t fingerprint, Grouping* grouping
                MemoryPlan* mem) {
   std::vector<int>* slot_of = &mem->slot_of;
   std::vector<size_t>* slot_bytes = &mem->slot_bytes;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream buf;
-  buf << f.rdbuf();
-  const std::string text = buf.str();
+  std::string text;
+  if (!read_whole_file(path, &text)) return false;
   auto warn = [&](const char* why) {
     std::fprintf(stderr, "[compile] ignoring the plan cache file %s: %s\n", path.c_str(), why);
     return false;
@@ -58,7 +48,7 @@ bool load_plan(const std::string& path, uint64_t fingerprint, Grouping* grouping
   const size_t last = text.rfind("checksum ");
   if (last == std::string::npos || last < nl) return warn("no checksum (truncated)");
   const std::string body = text.substr(nl + 1, last - nl - 1);
-  if (text.substr(last) != "checksum " + hex(text_checksum(body)) + "\n")
+  if (text.substr(last) != "checksum " + hex64(text_checksum(body)) + "\n")
     return warn("checksum mismatch (corrupt)");
   std::istringstream in(body);
   std::string word;
@@ -98,7 +88,7 @@ void store_plan(const std::string& path, uint64_t fingerprint, const Grouping& g
   for (int s : p.slot_of) body << s << " ";
   body << "\n";
   const std::string text = plan_header(fingerprint) + "\n" + body.str() + "checksum " +
-                           hex(text_checksum(body.str())) + "\n";
+                           hex64(text_checksum(body.str())) + "\n";
   try {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     write_file_atomically(path, [&](std::FILE* f) {

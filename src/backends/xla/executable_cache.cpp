@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "runtime/atomic_file.h"
 
@@ -29,12 +27,6 @@ uint64_t digest(const std::string& s, uint64_t seed) {
   return (h ^ s.size()) * 1099511628211ull;
 }
 
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 std::string hex_bytes(const std::string& s) {
   std::string out;
   char buf[3];
@@ -49,8 +41,8 @@ std::string hex_bytes(const std::string& s) {
 std::string header(const std::string& identity, const std::string& options,
                    const std::string& module, const std::string& payload) {
   return std::string(kMagic) + "\nidentity " + identity + "\noptions " + hex_bytes(options) +
-         "\nmodule " + hex(digest(module, 1)) + " " + std::to_string(module.size()) +
-         "\npayload " + std::to_string(payload.size()) + " " + hex(digest(payload, 2)) + "\n";
+         "\nmodule " + hex64(digest(module, 1)) + " " + std::to_string(module.size()) +
+         "\npayload " + std::to_string(payload.size()) + " " + hex64(digest(payload, 2)) + "\n";
 }
 
 }  // namespace
@@ -58,17 +50,14 @@ std::string header(const std::string& identity, const std::string& options,
 std::string executable_cache_path(const std::string& dir, const std::string& identity,
                                   const std::string& options, const std::string& module) {
   const uint64_t key = digest(identity + '\0' + options + '\0' + module, 0);
-  return (std::filesystem::path(dir) / "xla" / (hex(key) + ".pjrt")).string();
+  return (std::filesystem::path(dir) / "xla" / (hex64(key) + ".pjrt")).string();
 }
 
 bool load_cached_executable(const std::string& path, const std::string& identity,
                             const std::string& options, const std::string& module,
                             std::string* payload) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream buf;
-  buf << f.rdbuf();
-  const std::string text = buf.str();
+  std::string text;
+  if (!read_whole_file(path, &text)) return false;
   auto warn = [&](const char* why) {
     std::fprintf(stderr, "[xla] ignoring the cached executable %s: %s; compiling again\n",
                  path.c_str(), why);
@@ -87,7 +76,7 @@ bool load_cached_executable(const std::string& path, const std::string& identity
   const std::string body = text.substr(end + 1);
   if (body.size() != size) return warn("truncated payload");
   if (text.substr(0, end + 1) != header(identity, options, module, body))
-    return warn(hex(digest(body, 2)) != sum ? "checksum mismatch (corrupt)"
+    return warn(hex64(digest(body, 2)) != sum ? "checksum mismatch (corrupt)"
                                             : "written for another plugin, options or module");
   *payload = body;
   return true;
