@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mistral3_tolerance.h"
+#include "pipeline_manifest.h"
 #include "runtime/error.h"
 #include "test_util.h"
 
@@ -49,15 +50,7 @@ Golden load_golden(const Case& c) {
 }
 
 Flux2CallOptions call_of(const nlohmann::json& m) {
-  Flux2CallOptions call;
-  call.prompt = {m["prompt"].get<std::string>()};
-  call.height = m["height"].get<int64_t>();
-  call.width = m["width"].get<int64_t>();
-  call.num_inference_steps = m["num_inference_steps"].get<int>();
-  call.guidance_scale = m["guidance_scale"].get<double>();
-  call.seed = m["seed"].get<uint64_t>();
-  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
-  return call;
+  return test::call_from_manifest<Flux2CallOptions>(m);
 }
 
 // f32: every pixel within 2/255; bf16: within 2/255 on average (decision 0008).

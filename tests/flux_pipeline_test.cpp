@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "pipeline_manifest.h"
 #include "pipelines/flux_pipeline.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -46,15 +47,8 @@ TEST_P(FluxPipelineGolden, MatchesDiffusers) {
   const char* dev = std::getenv("TESSERA_PIPELINE_DEVICE");
   auto pipe = FluxPipeline::from_pretrained(
       test::fixture_path(c.model), {.dtype = dtype, .device = Device::parse(dev ? dev : "cpu")});
-  FluxCallOptions call;
-  call.prompt = {m["prompt"].get<std::string>()};
+  FluxCallOptions call = test::call_from_manifest<FluxCallOptions>(m);
   if (m["prompt_2"].is_string()) call.prompt_2 = std::vector<std::string>{m["prompt_2"]};
-  call.height = m["height"].get<int64_t>();
-  call.width = m["width"].get<int64_t>();
-  call.num_inference_steps = m["num_inference_steps"].get<int>();
-  call.guidance_scale = m["guidance_scale"].get<double>();
-  call.seed = m["seed"].get<uint64_t>();
-  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
   std::vector<Tensor> step_latents;
   call.on_step_end = [&](int, int, const Tensor& l) { step_latents.push_back(l); };
 

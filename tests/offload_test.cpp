@@ -8,6 +8,7 @@
 
 #include "io/safetensors.h"
 #include "io_test_folder.h"
+#include "pipeline_manifest.h"
 #include "pipelines/flux_pipeline.h"
 #include "runtime/error.h"
 #include "runtime/memory_stats.h"
@@ -38,14 +39,7 @@ OffloadRun run_case(const Case& c, OffloadMode offload) {
   auto pipe = FluxPipeline::from_pretrained(test::fixture_path(c.model), load);
   OffloadRun r;
   r.load = pipe->load_memory();
-  FluxCallOptions call;
-  call.prompt = {m["prompt"].get<std::string>()};
-  call.height = m["height"].get<int64_t>();
-  call.width = m["width"].get<int64_t>();
-  call.num_inference_steps = m["num_inference_steps"].get<int>();
-  call.guidance_scale = m["guidance_scale"].get<double>();
-  call.seed = m["seed"].get<uint64_t>();
-  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  FluxCallOptions call = test::call_from_manifest<FluxCallOptions>(m);
   call.on_step_end = [&](int, int, const Tensor& l) { r.latents.push_back(l); };
   r.out = (*pipe)(call);
   // Parameter sizes with every model materialised (what no offload holds at once).

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "pipeline_manifest.h"
 #include "pipelines/sd3_pipeline.h"
 #include "runtime/memory_stats.h"
 #include "runtime/modes.h"
@@ -30,14 +31,7 @@ SD3Run run(DType dtype, OffloadMode offload, const nlohmann::json& m) {
   auto pipe = StableDiffusion3Pipeline::from_pretrained(test::fixture_path(kSd3), load);
   SD3Run r;
   r.load = pipe->load_memory();
-  SD3CallOptions call;
-  call.prompt = {m["prompt"].get<std::string>()};
-  call.height = m["height"].get<int64_t>();
-  call.width = m["width"].get<int64_t>();
-  call.num_inference_steps = m["num_inference_steps"].get<int>();
-  call.guidance_scale = m["guidance_scale"].get<double>();
-  call.seed = m["seed"].get<uint64_t>();
-  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  SD3CallOptions call = test::call_from_manifest<SD3CallOptions>(m);
   call.on_step_end = [&](int, int, const Tensor& l) { r.latents.push_back(l); };
   r.out = (*pipe)(call);
   return r;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io_test_folder.h"
+#include "pipeline_manifest.h"
 #include "pipelines/registry.h"
 #include "runtime/error.h"
 #include "test_util.h"
@@ -36,16 +37,9 @@ std::vector<Case> sd3_cases() {
 }
 
 SD3CallOptions call_from(const nlohmann::json& m) {
-  SD3CallOptions call;
-  call.prompt = {m["prompt"].get<std::string>()};
+  SD3CallOptions call = test::call_from_manifest<SD3CallOptions>(m);
   if (m["negative_prompt"].is_string())
     call.negative_prompt = std::vector<std::string>{m["negative_prompt"]};
-  call.height = m["height"].get<int64_t>();
-  call.width = m["width"].get<int64_t>();
-  call.num_inference_steps = m["num_inference_steps"].get<int>();
-  call.guidance_scale = m["guidance_scale"].get<double>();
-  call.seed = m["seed"].get<uint64_t>();
-  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
   return call;
 }
 

@@ -20,6 +20,7 @@
 #include "ops/linalg.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
+#include "pipeline_manifest.h"
 #include "pipelines/flux_pipeline.h"
 #include "runtime/backend.h"
 #include "runtime/modes.h"
@@ -315,14 +316,7 @@ TEST_F(Xla, ModelOffloadUploadsEachModelForItsStageOnly) {
   std::ifstream in(test::fixture_path(dir + "manifest.json"));
   const auto m = nlohmann::json::parse(in);
   const auto golden = test::load_fixture(dir + "tensors.safetensors");
-  FluxCallOptions call;
-  call.prompt = {m["prompt"].get<std::string>()};
-  call.height = m["height"].get<int64_t>();
-  call.width = m["width"].get<int64_t>();
-  call.num_inference_steps = m["num_inference_steps"].get<int>();
-  call.guidance_scale = m["guidance_scale"].get<double>();
-  call.seed = m["seed"].get<uint64_t>();
-  call.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  FluxCallOptions call = test::call_from_manifest<FluxCallOptions>(m);
   Allocator& dev = backend_for(kXla).allocator(kXla);  // bytes of storages on xla:cpu
 
   auto full = FluxPipeline::from_pretrained(test::fixture_path(model), {.device = kXla});
