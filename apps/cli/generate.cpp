@@ -38,6 +38,7 @@ struct GenerateOptions {
   std::optional<double> guidance;
   std::optional<std::string> seed;  // parsed by ManualSeed: CLI11 would clamp out-of-range values
   std::optional<int64_t> max_sequence_length;
+  std::vector<int64_t> text_encoder_out_layers;  // empty: the pipeline's default
   int num_images = 1;
   int tp = 1;  // tensor-parallel degree: the ranks tessera launch started
 };
@@ -176,6 +177,7 @@ int run_generate(const GenerateOptions& o) {
   const PipelineDefaults d = pipe->pipeline_defaults();
   call.max_sequence_length =
       o.max_sequence_length.value_or(bundled.max_sequence_length.value_or(d.max_sequence_length));
+  if (!o.text_encoder_out_layers.empty()) call.text_encoder_out_layers = o.text_encoder_out_layers;
   const double t_steps = now_seconds();
   call.on_step_end = [&](int i, int n, const Tensor&) {
     if (writer) show_progress(i + 1, n, now_seconds() - t_steps);
@@ -239,6 +241,9 @@ int run_generate(const GenerateOptions& o) {
         {"steps", steps},
         {"guidance", guidance},
         {"max_sequence_length", *call.max_sequence_length},
+        {"text_encoder_out_layers", o.text_encoder_out_layers.empty()
+                                        ? nlohmann::json()
+                                        : nlohmann::json(o.text_encoder_out_layers)},
         {"num_images", o.num_images},
         {"dtype", o.dtype},
         {"device", load.device.str()},
@@ -327,6 +332,13 @@ void register_generate(CLI::App& app, Runner& run) {
             return "";
           },
           "", "MaxSequenceLength"));
+  sub->add_option("--text-encoder-out-layers", o->text_encoder_out_layers,
+                  "FLUX.2: the text encoder's hidden-state layers stacked into the prompt "
+                  "embedding, as Flux2Pipeline's text_encoder_out_layers (default 10 20 30); "
+                  "their count times the encoder's width must be the transformer's "
+                  "joint_attention_dim")
+      ->expected(1, -1)
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--device", o->device, "execution device: cpu, xla:cpu, xla:cuda, tpu");
   sub->add_option("--mode", o->mode,

@@ -36,6 +36,8 @@ struct TextToImageOptions {
   int num_images_per_prompt = 1;
   std::optional<uint64_t> seed;
   std::optional<int64_t> max_sequence_length;
+  // FLUX.2 only: the text encoder's hidden-state layers stacked as the prompt embedding.
+  std::optional<std::vector<int64_t>> text_encoder_out_layers;
   StepCallback on_step_end;  // progress
 };
 

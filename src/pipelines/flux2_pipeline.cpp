@@ -77,6 +77,7 @@ PipelineOutput Flux2Pipeline::generate(const TextToImageOptions& o) {
   call.seed = o.seed;
   call.max_sequence_length =
       o.max_sequence_length.value_or(pipeline_defaults().max_sequence_length);
+  if (o.text_encoder_out_layers) call.text_encoder_out_layers = *o.text_encoder_out_layers;
   call.on_step_end = o.on_step_end;
   return (*this)(call);
 }
@@ -147,6 +148,14 @@ PipelineOutput Flux2Pipeline::operator()(const Flux2CallOptions& o) {
   TESSERA_CHECK(o.max_sequence_length >= 1, kWhere, " max_sequence_length must be >= 1; got ",
                 o.max_sequence_length);
   const double guidance_scale = o.guidance_scale.value_or(d.guidance_scale);
+  // Checked before the encoder runs: the stacked layers are the transformer's context width.
+  const int64_t context = int64_t(o.text_encoder_out_layers.size()) *
+                          text_encoder->config().hidden_size;
+  TESSERA_CHECK(context == transformer->config.joint_attention_dim, kWhere, " ",
+                o.text_encoder_out_layers.size(), " text_encoder_out_layers x hidden_size ",
+                text_encoder->config().hidden_size, " = ", context,
+                " but the transformer's joint_attention_dim is ",
+                transformer->config.joint_attention_dim);
 
   PipelineOutput out;
   const PromptEmbeds e = run_stage(Stage::encode, out, [&] {

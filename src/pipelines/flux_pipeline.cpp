@@ -68,6 +68,8 @@ PipelineOutput FluxPipeline::generate(const TextToImageOptions& o) {
                 "pipelines with a third one (StableDiffusion3Pipeline)");
   TESSERA_CHECK(!o.negative_prompt, "[FluxPipeline] runs without classifier-free guidance: "
                 "negative_prompt (--negative-prompt) is not supported");
+  TESSERA_CHECK(!o.text_encoder_out_layers, "[FluxPipeline] takes T5's last hidden state: "
+                "text_encoder_out_layers (--text-encoder-out-layers) is for Flux2Pipeline");
   FluxCallOptions call;
   call.prompt = o.prompt;
   call.prompt_2 = o.prompt_2;

@@ -95,6 +95,9 @@ std::unique_ptr<StableDiffusion3Pipeline> StableDiffusion3Pipeline::from_folder(
 }
 
 PipelineOutput StableDiffusion3Pipeline::generate(const TextToImageOptions& o) {
+  TESSERA_CHECK(!o.text_encoder_out_layers, "[StableDiffusion3Pipeline] chooses its text "
+                "encoders' layers with clip_skip: text_encoder_out_layers "
+                "(--text-encoder-out-layers) is for Flux2Pipeline");
   SD3CallOptions call;
   call.prompt = o.prompt;
   call.prompt_2 = o.prompt_2;
