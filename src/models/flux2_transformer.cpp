@@ -1,6 +1,7 @@
 #include "models/flux2_transformer.h"
 
 #include "ops/attention.h"
+#include "nn/input_checks.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/rope.h"
@@ -349,23 +350,12 @@ Tensor Flux2Transformer2DModel::forward_eager(const Flux2TransformerInputs& in,
     if (capture) (*capture)[name] = t;
   };
   const Flux2TransformerConfig& c = config;
-  TESSERA_CHECK(in.hidden_states.defined() && in.hidden_states.ndim() == 3 &&
-                    in.hidden_states.dim(2) == c.in_channels,
-                kWhere, " hidden_states must be (B, L_img, ", c.in_channels, "), got ",
-                in.hidden_states.defined() ? in.hidden_states.describe() : "nothing");
+  nn::check_input_shape(kWhere, "hidden_states", in.hidden_states, {"B", "L_img", c.in_channels});
   const int64_t B = in.hidden_states.dim(0);
-  TESSERA_CHECK(
-      in.encoder_hidden_states.defined() && in.encoder_hidden_states.ndim() == 3 &&
-          in.encoder_hidden_states.dim(0) == B &&
-          in.encoder_hidden_states.dim(2) == c.joint_attention_dim,
-      kWhere, " encoder_hidden_states must be (", B, ", L_txt, ", c.joint_attention_dim, "), got ",
-      in.encoder_hidden_states.defined() ? in.encoder_hidden_states.describe() : "nothing");
-  TESSERA_CHECK(in.timestep.defined() && in.timestep.ndim() == 1 && in.timestep.dim(0) == B, kWhere,
-                " timestep must be (", B, ",), got ",
-                in.timestep.defined() ? in.timestep.describe() : "nothing");
-  if (in.guidance.defined())
-    TESSERA_CHECK(in.guidance.ndim() == 1 && in.guidance.dim(0) == B, kWhere, " guidance must be (",
-                  B, ",), got ", in.guidance.describe());
+  nn::check_input_shape(kWhere, "encoder_hidden_states", in.encoder_hidden_states,
+                        {B, "L_txt", c.joint_attention_dim});
+  nn::check_input_shape(kWhere, "timestep", in.timestep, {B});
+  if (in.guidance.defined()) nn::check_input_shape(kWhere, "guidance", in.guidance, {B});
   const int64_t axes = int64_t(c.axes_dims_rope.size());
   const Tensor txt_ids = unbatched_ids(in.txt_ids, "txt_ids", axes);
   const Tensor img_ids = unbatched_ids(in.img_ids, "img_ids", axes);

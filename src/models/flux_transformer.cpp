@@ -1,5 +1,6 @@
 #include "models/flux_transformer.h"
 
+#include "nn/input_checks.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
@@ -244,26 +245,13 @@ Tensor FluxTransformer2DModel::forward_eager(const FluxTransformerInputs& in,
     if (capture) (*capture)[name] = t;
   };
   const FluxTransformerConfig& c = config;
-  TESSERA_CHECK(in.hidden_states.defined() && in.hidden_states.ndim() == 3 &&
-                    in.hidden_states.dim(2) == c.in_channels,
-                kWhere, " hidden_states must be (B, L_img, ", c.in_channels, "), got ",
-                in.hidden_states.defined() ? in.hidden_states.describe() : "nothing");
+  nn::check_input_shape(kWhere, "hidden_states", in.hidden_states, {"B", "L_img", c.in_channels});
   const int64_t B = in.hidden_states.dim(0);
-  TESSERA_CHECK(
-      in.encoder_hidden_states.defined() && in.encoder_hidden_states.ndim() == 3 &&
-          in.encoder_hidden_states.dim(0) == B &&
-          in.encoder_hidden_states.dim(2) == c.joint_attention_dim,
-      kWhere, " encoder_hidden_states must be (", B, ", L_txt, ", c.joint_attention_dim, "), got ",
-      in.encoder_hidden_states.defined() ? in.encoder_hidden_states.describe() : "nothing");
-  TESSERA_CHECK(in.pooled_projections.defined() && in.pooled_projections.ndim() == 2 &&
-                    in.pooled_projections.dim(0) == B &&
-                    in.pooled_projections.dim(1) == c.pooled_projection_dim,
-                kWhere, " pooled_projections must be (", B, ", ", c.pooled_projection_dim,
-                "), got ",
-                in.pooled_projections.defined() ? in.pooled_projections.describe() : "nothing");
-  TESSERA_CHECK(in.timestep.defined() && in.timestep.ndim() == 1 && in.timestep.dim(0) == B, kWhere,
-                " timestep must be (", B, ",), got ",
-                in.timestep.defined() ? in.timestep.describe() : "nothing");
+  nn::check_input_shape(kWhere, "encoder_hidden_states", in.encoder_hidden_states,
+                        {B, "L_txt", c.joint_attention_dim});
+  nn::check_input_shape(kWhere, "pooled_projections", in.pooled_projections,
+                        {B, c.pooled_projection_dim});
+  nn::check_input_shape(kWhere, "timestep", in.timestep, {B});
   if (c.guidance_embeds) {
     TESSERA_CHECK(in.guidance.defined() && in.guidance.ndim() == 1 && in.guidance.dim(0) == B,
                   kWhere, " this model has guidance_embeds=true (FLUX.1-dev): guidance must be (",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "nn/input_checks.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
@@ -289,17 +290,11 @@ Tensor SD3Transformer2DModel::forward_eager(const SD3TransformerInputs& in,
                 describe(x));
   const int64_t B = x.dim(0);
   const Tensor& enc_in = in.encoder_hidden_states;
-  TESSERA_CHECK(enc_in.defined() && enc_in.ndim() == 3 && enc_in.dim(0) == B &&
-                    enc_in.dim(2) == c.joint_attention_dim,
-                kWhere, " encoder_hidden_states must be (", B, ", L_txt, ", c.joint_attention_dim,
-                "), got ", describe(enc_in));
+  nn::check_input_shape(kWhere, "encoder_hidden_states", enc_in,
+                        {B, "L_txt", c.joint_attention_dim});
   const Tensor& pooled = in.pooled_projections;
-  TESSERA_CHECK(pooled.defined() && pooled.ndim() == 2 && pooled.dim(0) == B &&
-                    pooled.dim(1) == c.pooled_projection_dim,
-                kWhere, " pooled_projections must be (", B, ", ", c.pooled_projection_dim,
-                "), got ", describe(pooled));
-  TESSERA_CHECK(in.timestep.defined() && in.timestep.ndim() == 1 && in.timestep.dim(0) == B, kWhere,
-                " timestep must be (", B, ",), got ", describe(in.timestep));
+  nn::check_input_shape(kWhere, "pooled_projections", pooled, {B, c.pooled_projection_dim});
+  nn::check_input_shape(kWhere, "timestep", in.timestep, {B});
 
   const DType dt = dtype_;
   const int64_t h = x.dim(2) / c.patch_size, w = x.dim(3) / c.patch_size;

@@ -16,19 +16,6 @@ namespace {
 
 constexpr int64_t kDefaultSampleSize = 128;  // FluxPipeline.default_sample_size
 
-// prompt_embeds.repeat(1, n, 1).view(B * n, ...): each row repeated n times, consecutively.
-Tensor repeat_rows(const Tensor& x, int n) {
-  if (n == 1) return x;
-  std::vector<Tensor> rows;
-  for (int64_t b = 0; b < x.dim(0); ++b)
-    for (int i = 0; i < n; ++i) rows.push_back(x.slice(0, b, b + 1));
-  return concat(rows, 0);
-}
-
-Tensor full(const Shape& shape, float value, DType dtype) {
-  return Tensor::from_floats(std::vector<float>(size_t(shape_numel(shape)), value), shape, dtype);
-}
-
 }  // namespace
 
 std::unique_ptr<FluxPipeline> FluxPipeline::from_pretrained(const std::string& path,

@@ -5,8 +5,21 @@
 
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/shape_ops.h"
 
 namespace tessera {
+
+Tensor repeat_rows(const Tensor& x, int n) {
+  if (n == 1) return x;
+  std::vector<Tensor> rows;
+  for (int64_t b = 0; b < x.dim(0); ++b)
+    for (int i = 0; i < n; ++i) rows.push_back(x.slice(0, b, b + 1));
+  return concat(rows, 0);
+}
+
+Tensor full(const Shape& shape, float value, DType dtype) {
+  return Tensor::from_floats(std::vector<float>(size_t(shape_numel(shape)), value), shape, dtype);
+}
 
 Tensor postprocess_image(const Tensor& decoded) {
   Tensor x = add(mul(decoded, 0.5), 0.5);

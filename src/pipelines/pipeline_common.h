@@ -59,6 +59,12 @@ struct PipelineOutput {
 Tensor postprocess_image(const Tensor& decoded);
 std::vector<RgbImage> to_uint8_images(const Tensor& image_nhwc);
 
+// prompt_embeds.repeat(1, n, 1).view(B * n, ...): each row repeated n times, consecutively (the
+// embeddings of num_images_per_prompt).
+Tensor repeat_rows(const Tensor& x, int n);
+// torch.full(shape, value, dtype): the per-image timestep and guidance inputs.
+Tensor full(const Shape& shape, float value, DType dtype);
+
 // Seconds since an arbitrary epoch, for stage timings.
 double now_seconds();
 

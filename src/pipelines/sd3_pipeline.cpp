@@ -15,15 +15,6 @@ namespace {
 
 constexpr const char* kWhere = "[StableDiffusion3Pipeline]";
 
-// prompt_embeds.repeat(1, n, 1).view(B * n, ...): each row repeated n times, consecutively.
-Tensor repeat_rows(const Tensor& x, int n) {
-  if (n == 1) return x;
-  std::vector<Tensor> rows;
-  for (int64_t b = 0; b < x.dim(0); ++b)
-    for (int i = 0; i < n; ++i) rows.push_back(x.slice(0, b, b + 1));
-  return concat(rows, 0);
-}
-
 // A per-prompt list: the given one, else `fallback`; one value is repeated for every prompt.
 std::vector<std::string> resolve(const std::optional<std::vector<std::string>>& given,
                                  const std::vector<std::string>& fallback, size_t batch,
