@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
+#include "runtime/primitive.h"
 
 namespace {
 
@@ -41,6 +42,15 @@ void prefer_passive_openmp_wait(char** argv) {
   execv("/proc/self/exe", argv);
 }
 
+// Ops still queued by async dispatch run before main returns, never while statics are destroyed;
+// their errors no longer matter (the command has succeeded or failed already).
+void finish_queued_work() {
+  try {
+    tessera::synchronize_all_devices();
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,14 +74,17 @@ int main(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
   }
+  int code;
   try {
     tessera::env::validate();  // a malformed TESSERA_* value fails here, before any work
-    return run();
+    code = run();
   } catch (const tessera::Error& e) {
-    return fail(e.what());
+    code = fail(e.what());
   } catch (const std::bad_alloc&) {
-    return fail("out of memory");
+    code = fail("out of memory");
   } catch (const std::exception& e) {
-    return fail(e.what());
+    code = fail(e.what());
   }
+  finish_queued_work();
+  return code;
 }

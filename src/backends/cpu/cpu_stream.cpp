@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cstdlib>
 #include <exception>
 
 #include "runtime/error.h"
@@ -17,14 +18,17 @@ Stream::Stream(bool async) : async_(async) {
   if (async_) worker_ = std::thread([this] { run(); });
 }
 
-Stream::~Stream() {
-  if (!async_) return;
+Stream::~Stream() { shutdown(); }
+
+void Stream::shutdown() {
+  if (!async_ || stopped_ || on_worker()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_work_.notify_all();
   worker_.join();
+  stopped_ = true;
 }
 
 // OpenMP threads of the worker's kernels count as the worker (they must never wait on it).
@@ -33,14 +37,19 @@ bool Stream::on_worker() {
 }
 
 uint64_t Stream::submit(const char* name, std::function<void()> fn) {
-  if (!async_ || on_worker()) {
+  if (!async() || on_worker()) {
     // Blocking: the op's error reaches the caller at the op itself.
     fn();
     return 0;
   }
   uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_) {  // shutting down: the worker may be gone
+      lock.unlock();
+      fn();
+      return 0;
+    }
     seq = ++submitted_;
     queue_.push_back(Item{seq, name, std::move(fn)});
   }
@@ -92,7 +101,7 @@ void Stream::wait(uint64_t seq) {
 }
 
 void Stream::synchronize() {
-  if (!async_ || on_worker()) return;
+  if (!async() || on_worker()) return;
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -108,6 +117,8 @@ Stream& cpu_stream() {
   static Stream* queued = [] {
     Stream* q = new Stream(true);
     g_async_stream = q;
+    // Drain before the statics made before this point are destroyed (the CLI drains earlier).
+    std::atexit([] { g_async_stream.load()->shutdown(); });
     return q;
   }();
   return *queued;

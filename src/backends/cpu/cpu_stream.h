@@ -30,7 +30,10 @@ class Stream {
   void wait(uint64_t seq);
   void synchronize();
   uint64_t completed() const { return completed_; }
-  bool async() const { return async_; }
+  bool async() const { return async_ && !stopped_; }
+  // Runs what is queued, then ends the worker; later ops run at submit. Called at exit, so
+  // the worker never runs an op while static objects are being destroyed.
+  void shutdown();
   // True on the worker thread (nested dispatches there run inline).
   static bool on_worker();
 
@@ -51,6 +54,7 @@ class Stream {
   std::atomic<uint64_t> completed_{0};
   std::string error_;  // first error since the last wait; later ops are skipped
   bool stop_ = false;
+  std::atomic<bool> stopped_{false};
   std::thread worker_;
 };
 
