@@ -24,7 +24,7 @@ struct TensorParallelPlan {
   std::vector<std::pair<std::string, int64_t>> divisible;
 };
 
-// Splits every Linear of `model` that the plan names; the rest stays replicated. Errors (a size
+// Splits every Linear (and Embedding table) of `model` that the plan names; the rest stays replicated. Errors (a size
 // the degree does not divide, a match that is not a Linear) name `where`. A degree of 1 changes
 // nothing.
 void parallelize_module(Module& model, const TensorParallelPlan& plan,
