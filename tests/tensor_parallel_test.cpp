@@ -386,6 +386,7 @@ void expect_split_matches_whole(Model& whole, Model& split,
   if (group->size() > 1) ASSERT_GT(sharded, 0) << what << ": nothing was split";
   const Tensor expected = contiguous(forward(whole));
   for (const std::string mode : {"eager", "defer", "compile", "regional"}) {
+    if (mode == "regional" && split.repeated_blocks().empty()) continue;  // T5: none listed
     ModeScope scope(mode == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
     split.reset_compile();
     if (mode == "compile") split.compile();
