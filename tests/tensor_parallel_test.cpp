@@ -259,8 +259,8 @@ void expect_ranks_load_their_slices(const std::string& fixture, int ranks, int m
       const auto& p = params[i];
       ASSERT_EQ(p.name, whole_params[i].name);
       if (!p.slot->defined()) continue;  // T5's tied embed_tokens copy, dropped after loading
-      const Tensor expected = p.shard.sharded() ? read_shard(*whole_params[i].slot, p.shard)
-                                                : *whole_params[i].slot;
+      const Tensor expected =
+          p.shard.sharded() ? read_shard(*whole_params[i].slot, p.shard) : *whole_params[i].slot;
       EXPECT_TRUE(test::bit_equal(contiguous(*p.slot), contiguous(expected))) << p.name;
       split += p.shard.sharded();
     }
@@ -273,7 +273,8 @@ const char* kMistral = "flux2-dev-tiny/text_encoder";
 
 TEST(TensorParallel, TextEncoderRanksLoadExactlyTheirSlices) {
   for (const char* f : {kT5, kMistral})
-    if (!has_fixture(std::string(f) + "/config.json")) GTEST_SKIP() << "fixture " << f << " missing";
+    if (!has_fixture(std::string(f) + "/config.json"))
+      GTEST_SKIP() << "fixture " << f << " missing";
   // T5 (2 blocks): q, k, v, o, wi_0, wi_1, wo per block and the first block's bias table.
   for (int ranks : {2, 4}) expect_ranks_load_their_slices<T5EncoderModel>(kT5, ranks, 2 * 7 + 1);
   // Mistral3 (32 layers): q, k, v, o, gate, up, down per layer.
@@ -294,8 +295,9 @@ TEST(TensorParallel, KeyValueHeadsTheDegreeDoesNotDivideAreAClearError) {
   const TensorParallelConfig eight = stand_in(0, 8);
   const std::string t5 = error_message(
       [&] { T5EncoderModel::from_pretrained(fixture_path(kT5), DType::f32, &eight); });
-  EXPECT_NE(t5.find("[T5EncoderModel] num_heads=4 is not divisible by the tensor-parallel degree 8"),
-            std::string::npos)
+  EXPECT_NE(
+      t5.find("[T5EncoderModel] num_heads=4 is not divisible by the tensor-parallel degree 8"),
+      std::string::npos)
       << t5;
 }
 
@@ -595,8 +597,8 @@ TEST(TensorParallelMpi, Mistral3WithFourKeyValueHeadsMatchesTheWholeModelInEvery
   expect_split_matches_whole<Mistral3TextModel>(
       whole, split,
       [&](const Mistral3TextModel& m) {
-        return concat({m.prompt_embeds(ids, mask, {1, 2}), m.forward(ids, mask).hidden_states.back()},
-                      2);
+        return concat(
+            {m.prompt_embeds(ids, mask, {1, 2}), m.forward(ids, mask).hidden_states.back()}, 2);
       },
       "8 heads, 4 key/value heads");
 }
@@ -658,15 +660,17 @@ const std::string kCli = TESSERA_CLI_PATH;
 
 // The components a pipeline fixture splits under --tp (CLIP and the VAE stay whole) and the
 // checkpoint bytes `ranks` ranks split of each.
-std::map<std::string, int64_t> split_components(const std::string& model,
-                                                const std::string& folder, int ranks) {
+std::map<std::string, int64_t> split_components(const std::string& model, const std::string& folder,
+                                                int ranks) {
   const auto at = [&](const char* c) { return folder + "/" + c; };
   if (model.rfind("flux2", 0) == 0)
-    return {{"transformer", split_checkpoint_bytes<Flux2Transformer2DModel>(at("transformer"), ranks)},
-            {"text_encoder", split_checkpoint_bytes<Mistral3TextModel>(at("text_encoder"), ranks)}};
+    return {
+        {"transformer", split_checkpoint_bytes<Flux2Transformer2DModel>(at("transformer"), ranks)},
+        {"text_encoder", split_checkpoint_bytes<Mistral3TextModel>(at("text_encoder"), ranks)}};
   if (model.rfind("sd35", 0) == 0)
-    return {{"transformer", split_checkpoint_bytes<SD3Transformer2DModel>(at("transformer"), ranks)},
-            {"text_encoder_3", split_checkpoint_bytes<T5EncoderModel>(at("text_encoder_3"), ranks)}};
+    return {
+        {"transformer", split_checkpoint_bytes<SD3Transformer2DModel>(at("transformer"), ranks)},
+        {"text_encoder_3", split_checkpoint_bytes<T5EncoderModel>(at("text_encoder_3"), ranks)}};
   return {{"transformer", split_checkpoint_bytes<FluxTransformer2DModel>(at("transformer"), ranks)},
           {"text_encoder_2", split_checkpoint_bytes<T5EncoderModel>(at("text_encoder_2"), ranks)}};
 }
@@ -728,7 +732,8 @@ void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::stri
     const double bound_c = double(one - s + s / ranks) * 1.05;
     ASSERT_EQ(c["checkpoint_read_bytes"].size(), size_t(ranks));
     for (int64_t read : c["checkpoint_read_bytes"]) {
-      EXPECT_LE(double(read), bound_c) << model << " " << name << " whole " << one << " split " << s;
+      EXPECT_LE(double(read), bound_c)
+          << model << " " << name << " whole " << one << " split " << s;
       if (s > 0) EXPECT_LT(read, one) << model << " " << name;
     }
   }
@@ -759,7 +764,8 @@ std::filesystem::path flux2_with_four_kv_heads(const std::filesystem::path& dir)
   const fs::path src = fixture_path("flux2-dev-tiny"), out = dir / "flux2-dev-tiny-kv4";
   fs::create_directories(out / "text_encoder");
   for (const auto& e : fs::directory_iterator(src))
-    if (e.path().filename() != "text_encoder") fs::create_symlink(e.path(), out / e.path().filename());
+    if (e.path().filename() != "text_encoder")
+      fs::create_symlink(e.path(), out / e.path().filename());
   auto cfg = nlohmann::json::parse(read_bytes((src / "text_encoder/config.json").string()));
   cfg["text_config"]["num_key_value_heads"] = 4;
   std::ofstream((out / "text_encoder/config.json").string()) << cfg.dump(2);
@@ -789,9 +795,9 @@ TEST_F(TensorParallelLaunch, FourRanksWriteTheSamePictureAsOne) {
 // The fixture's own encoder (2 key/value heads) refuses 4 ranks, naming why.
 TEST_F(TensorParallelLaunch, FourRanksOnTwoKeyValueHeadsIsAClearError) {
   if (!has_fixture("flux2-dev-tiny/model_index.json")) GTEST_SKIP() << "fixture missing";
-  const ShellRun r = shell(kCli + " launch --nproc-per-node 4 --" +
-                           generate_args("flux2-dev-tiny",
-                                         "--tp 4 --output " + (dir_ / "x.png").string()));
+  const ShellRun r =
+      shell(kCli + " launch --nproc-per-node 4 --" +
+            generate_args("flux2-dev-tiny", "--tp 4 --output " + (dir_ / "x.png").string()));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("[Mistral3ForConditionalGeneration] num_key_value_heads=2 is not "
                           "divisible by the tensor-parallel degree 4"),

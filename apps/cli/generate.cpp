@@ -217,7 +217,8 @@ int run_generate(const GenerateOptions& o) {
     nlohmann::json components = nlohmann::json::object();
     for (size_t i = 0; i < loads.size(); ++i) {
       std::vector<int64_t> per_rank;
-      for (int r = 0; r < world->size(); ++r) per_rank.push_back(every[size_t(r) * loads.size() + i]);
+      for (int r = 0; r < world->size(); ++r)
+        per_rank.push_back(every[size_t(r) * loads.size() + i]);
       components[loads[i].name] = {{"sharded", loads[i].sharded},
                                    {"checkpoint_read_bytes", per_rank}};
     }

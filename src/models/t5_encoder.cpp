@@ -126,9 +126,7 @@ Tensor T5Attention::compute_bias(int64_t query_length, int64_t key_length) const
   const Tensor buckets =
       t5_relative_position_buckets(query_length, key_length, true, num_buckets, max_distance);
   const Tensor& table = relative_attention_bias->weight;
-  return embedding(table, buckets.to(table.device()))
-      .permute({2, 0, 1})
-      .unsqueeze(0);
+  return embedding(table, buckets.to(table.device())).permute({2, 0, 1}).unsqueeze(0);
 }
 
 Tensor T5Attention::forward(const Tensor& x, const Tensor& position_bias) const {
