@@ -1,9 +1,10 @@
 // Tensor parallelism (src/distributed, decision 0040). Three groups:
-//  * TensorParallel.*      one process: shard specs, sliced reads, the FLUX.1 plan's per-rank
-//                          loading (a stand-in group gives the rank), clear errors;
+//  * TensorParallel.*      one process: shard specs, sliced reads, the FLUX.1, T5 and Mistral3
+//                          plans' per-rank loading (a stand-in group gives the rank), clear
+//                          errors;
 //  * TensorParallelMpi.*   under mpirun (tests/tensor_parallel.cmake: 2 and 4 ranks; skipped
-//                          elsewhere): collectives, and the FLUX.1 transformer split over every
-//                          rank against the whole model in every execution mode;
+//                          elsewhere): collectives, and the transformers and text encoders split
+//                          over every rank against the whole model in every execution mode;
 //  * TensorParallelLaunch.* tessera launch end to end: the same PNG as TP=1, bytes read per rank,
 //                          a killed rank stopping every rank.
 #include <gtest/gtest.h>
@@ -27,12 +28,16 @@
 #include "distributed/tensor_parallel.h"
 #include "io/checkpoint.h"
 #include "io/png.h"
+#include "io/safetensors.h"
 #include "models/flux2_transformer.h"
 #include "models/flux_transformer.h"
+#include "models/mistral3_text_model.h"
 #include "models/sd3_transformer.h"
+#include "models/t5_encoder.h"
 #include "nn/tensor_parallel.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/shape_ops.h"
 #include "runtime/modes.h"
 #include "runtime/random.h"
 #include "test_util.h"
@@ -134,10 +139,12 @@ TEST(TensorParallel, UnknownBackendOrNoMpiIsAClearError) {
 const char* kSchnell = "flux1-schnell-tiny/transformer";
 
 // Loads rank `rank` of `size` and counts the checkpoint bytes each parameter was filled from.
-struct RankLoad {
-  std::unique_ptr<FluxTransformer2DModel> model;
+template <typename M>
+struct RankLoadOf {
+  std::unique_ptr<M> model;
   int64_t bytes_read = 0;
 };
+using RankLoad = RankLoadOf<FluxTransformer2DModel>;
 class ByteCounter final : public LoadObserver {
  public:
   ByteCounter() : prev_(set_load_observer(this)) {}
@@ -148,12 +155,29 @@ class ByteCounter final : public LoadObserver {
  private:
   LoadObserver* prev_;
 };
-RankLoad load_rank(const std::string& folder, const TensorParallelConfig* tp) {
+template <typename M = FluxTransformer2DModel>
+RankLoadOf<M> load_rank(const std::string& folder, const TensorParallelConfig* tp) {
   ByteCounter counter;
-  RankLoad r;
-  r.model = FluxTransformer2DModel::from_pretrained(folder, DType::f32, tp);
+  RankLoadOf<M> r;
+  r.model = M::from_pretrained(folder, DType::f32, tp);
   r.bytes_read = counter.bytes;
   return r;
+}
+
+// The checkpoint bytes of the tensors a `ranks`-way split of `folder` shards (read through the
+// model's own names: Mistral3's checkpoints use older ones).
+template <typename M>
+int64_t split_checkpoint_bytes(const std::string& folder, int ranks) {
+  const auto checkpoint = CheckpointWeightSource::open(folder);
+  std::unique_ptr<WeightSource> renamed;
+  if constexpr (requires { M::weight_source(checkpoint); }) renamed = M::weight_source(checkpoint);
+  const WeightSource& source = renamed ? *renamed : static_cast<const WeightSource&>(checkpoint);
+  const TensorParallelConfig tp = stand_in(0, ranks);
+  const auto shaped = M::from_pretrained(folder, DType::f32, &tp);
+  int64_t bytes = 0;
+  for (const auto& p : shaped->named_parameters())
+    if (p.shard.sharded()) bytes += int64_t(source.get(p.name).nbytes());  // a view: not read
+  return bytes;
 }
 
 TEST(TensorParallel, FluxRanksLoadExactlyTheirSlices) {
@@ -212,6 +236,69 @@ TEST(TensorParallel, HeadsTheDegreeDoesNotDivideAreAClearError) {
                      "tensor-parallel degree 4"),
             std::string::npos)
       << msg;
+}
+
+// Each rank of a `ranks`-way split reads the replicated tensors and exactly 1/ranks of every
+// split one, and holds the slice of the whole model's parameter.
+template <typename M>
+void expect_ranks_load_their_slices(const std::string& fixture, int ranks, int min_split) {
+  const std::string folder = fixture_path(fixture);
+  const RankLoadOf<M> whole = load_rank<M>(folder, nullptr);
+  const int64_t sharded = split_checkpoint_bytes<M>(folder, ranks);
+  ASSERT_GT(sharded, 0) << fixture;
+  const auto whole_params = whole.model->named_parameters();
+  for (int rank = 0; rank < ranks; ++rank) {
+    const TensorParallelConfig tp = stand_in(rank, ranks);
+    const RankLoadOf<M> part = load_rank<M>(folder, &tp);
+    EXPECT_EQ(part.bytes_read, whole.bytes_read - sharded + sharded / ranks)
+        << fixture << " rank " << rank << " of " << ranks;
+    const auto params = part.model->named_parameters();
+    ASSERT_EQ(params.size(), whole_params.size());
+    int split = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& p = params[i];
+      ASSERT_EQ(p.name, whole_params[i].name);
+      if (!p.slot->defined()) continue;  // T5's tied embed_tokens copy, dropped after loading
+      const Tensor expected =
+          p.shard.sharded() ? read_shard(*whole_params[i].slot, p.shard) : *whole_params[i].slot;
+      EXPECT_TRUE(test::bit_equal(contiguous(*p.slot), contiguous(expected))) << p.name;
+      split += p.shard.sharded();
+    }
+    EXPECT_EQ(split, min_split) << fixture;
+  }
+}
+
+const char* kT5 = "sd35-medium-tiny/text_encoder_3";
+const char* kMistral = "flux2-dev-tiny/text_encoder";
+
+TEST(TensorParallel, TextEncoderRanksLoadExactlyTheirSlices) {
+  for (const char* f : {kT5, kMistral})
+    if (!has_fixture(std::string(f) + "/config.json"))
+      GTEST_SKIP() << "fixture " << f << " missing";
+  // T5 (2 blocks): q, k, v, o, wi_0, wi_1, wo per block and the first block's bias table.
+  for (int ranks : {2, 4}) expect_ranks_load_their_slices<T5EncoderModel>(kT5, ranks, 2 * 7 + 1);
+  // Mistral3 (32 layers): q, k, v, o, gate, up, down per layer.
+  expect_ranks_load_their_slices<Mistral3TextModel>(kMistral, 2, 32 * 7);
+}
+
+TEST(TensorParallel, KeyValueHeadsTheDegreeDoesNotDivideAreAClearError) {
+  if (!has_fixture(std::string(kMistral) + "/config.json")) GTEST_SKIP() << "fixture missing";
+  // 4 query heads but 2 key/value heads: 4 ranks would split a key/value head.
+  const TensorParallelConfig tp = stand_in(0, 4);
+  const std::string msg = error_message(
+      [&] { Mistral3TextModel::from_pretrained(fixture_path(kMistral), DType::f32, &tp); });
+  EXPECT_NE(msg.find("[Mistral3ForConditionalGeneration] num_key_value_heads=2 is not divisible "
+                     "by the tensor-parallel degree 4"),
+            std::string::npos)
+      << msg;
+  // T5 with 4 heads refuses 8 ranks the same way.
+  const TensorParallelConfig eight = stand_in(0, 8);
+  const std::string t5 = error_message(
+      [&] { T5EncoderModel::from_pretrained(fixture_path(kT5), DType::f32, &eight); });
+  EXPECT_NE(
+      t5.find("[T5EncoderModel] num_heads=4 is not divisible by the tensor-parallel degree 8"),
+      std::string::npos)
+      << t5;
 }
 
 // ---- under mpirun -------------------------------------------------------------------------
@@ -288,30 +375,40 @@ FluxTransformerInputs flux_inputs(const FluxTransformerConfig& c) {
   return in;
 }
 
-// The split model against the whole one, in strict eager, deferred, compiled and regional modes.
-template <typename Model, typename Inputs>
-void expect_tp_matches_whole(Model& whole, Model& split, const Inputs& in,
-                             const std::string& what) {
+// The split model against the whole one, in strict eager, deferred, compiled and regional modes;
+// `forward` runs a model on the test's inputs.
+template <typename Model>
+void expect_split_matches_whole(Model& whole, Model& split,
+                                const std::function<Tensor(const Model&)>& forward,
+                                const std::string& what) {
   int sharded = 0;
   for (const auto& p : split.named_parameters()) sharded += p.shard.sharded();
   auto group = default_process_group();
   ASSERT_TRUE(group);
   if (group->size() > 1) ASSERT_GT(sharded, 0) << what << ": nothing was split";
-  const Tensor expected = contiguous(whole.forward(in));
+  const Tensor expected = contiguous(forward(whole));
   for (const std::string mode : {"eager", "defer", "compile", "regional"}) {
+    if (mode == "regional" && split.repeated_blocks().empty()) continue;  // T5: none listed
     ModeScope scope(mode == "defer" ? EagerMode::DeferAndFuse : EagerMode::DeferNever);
     split.reset_compile();
     if (mode == "compile") split.compile();
     if (mode == "regional") split.compile_repeated_blocks();
     for (int call = 0; call < 2; ++call) {  // the second call replays the cached segment/program
       const int64_t before = group->collectives();
-      const Tensor got = contiguous(split.forward(in));
+      const Tensor got = contiguous(forward(split));
       if (group->size() > 1) EXPECT_GT(group->collectives(), before) << what << " " << mode;
       ASSERT_EQ(got.shape(), expected.shape());
       EXPECT_LE(relative_error(got, expected), 1e-5) << what << " " << mode << " call " << call;
     }
     split.reset_compile();
   }
+}
+
+template <typename Model, typename Inputs>
+void expect_tp_matches_whole(Model& whole, Model& split, const Inputs& in,
+                             const std::string& what) {
+  expect_split_matches_whole<Model>(
+      whole, split, [&](const Model& m) { return m.forward(in); }, what);
 }
 
 TEST(TensorParallelMpi, FluxFixturesMatchTheWholeModelInEveryMode) {
@@ -412,6 +509,100 @@ TEST(TensorParallelMpi, Sd3FixtureMatchesTheWholeModelInEveryMode) {
   expect_tp_matches_whole(*whole, *split, in, folder);
 }
 
+// (1, 12) token ids below `vocab` from one seed (the same on every rank), and a mask whose last 3
+// tokens are padding.
+std::pair<Tensor, Tensor> encoder_inputs(int64_t vocab) {
+  Generator gen(21);
+  const auto u = rand({1, 12}, DType::f32, gen).to_floats();
+  std::vector<int64_t> ids, mask;
+  for (float x : u) ids.push_back(int64_t(x * float(vocab - 1)));
+  for (int i = 0; i < 12; ++i) mask.push_back(i < 9 ? 1 : 0);
+  return {Tensor::from_ints(ids, {1, 12}), Tensor::from_ints(mask, {1, 12})};
+}
+
+// T5 (SD3.5's text_encoder_3, FLUX.1's text_encoder_2; 4 heads): 2 and 4 ranks, with and without
+// a padding mask.
+TEST(TensorParallelMpi, T5FixturesMatchTheWholeEncoderInEveryMode) {
+  REQUIRE_MPIRUN();
+  const TensorParallelConfig tp = world_config();
+  for (const char* folder : {"sd35-medium-tiny/text_encoder_3", "flux1-dev-tiny/text_encoder_2"}) {
+    if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+    auto whole = T5EncoderModel::from_pretrained(fixture_path(folder), DType::f32);
+    auto split = T5EncoderModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+    const auto [ids, mask] = encoder_inputs(whole->config.vocab_size);
+    expect_split_matches_whole<T5EncoderModel>(
+        *whole, *split, [&](const T5EncoderModel& m) { return m.forward(ids).last_hidden_state; },
+        folder);
+    T5EncoderForwardOptions masked;
+    masked.attention_mask = mask;
+    expect_split_matches_whole<T5EncoderModel>(
+        *whole, *split,
+        [&](const T5EncoderModel& m) { return m.forward(ids, nullptr, masked).last_hidden_state; },
+        std::string(folder) + " masked");
+  }
+}
+
+// What Flux2Pipeline reads (hidden states 10, 20, 30) and the whole forward's final norm, with
+// padding.
+Tensor mistral_outputs(const Mistral3TextModel& m, const Tensor& ids, const Tensor& mask) {
+  const Tensor embeds = m.prompt_embeds(ids, mask, {10, 20, 30});
+  return concat({embeds, m.forward(ids, mask).hidden_states.back()}, 2);
+}
+
+// FLUX.2's Mistral3 fixture: 4 query heads, 2 key/value heads, so 2 ranks; 4 is a clear error.
+TEST(TensorParallelMpi, Mistral3FixtureMatchesTheWholeEncoderInEveryMode) {
+  REQUIRE_MPIRUN();
+  const char* folder = "flux2-dev-tiny/text_encoder";
+  if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+  const TensorParallelConfig tp = world_config();
+  auto whole = Mistral3TextModel::from_pretrained(fixture_path(folder), DType::f32);
+  if (whole->config().num_key_value_heads % tp.degree() != 0) {
+    EXPECT_NE(error_message([&] {
+                Mistral3TextModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+              }).find("num_key_value_heads=2 is not divisible by the tensor-parallel degree"),
+              std::string::npos);
+    return;
+  }
+  auto split = Mistral3TextModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
+  const auto [ids, mask] = encoder_inputs(whole->config().vocab_size);
+  expect_split_matches_whole<Mistral3TextModel>(
+      *whole, *split, [&](const Mistral3TextModel& m) { return mistral_outputs(m, ids, mask); },
+      folder);
+}
+
+// A Mistral3 text model with 8 query and 4 key/value heads (two queries per key/value head) and
+// random weights, the same on every rank: grouped-query attention split over 4 ranks too.
+TEST(TensorParallelMpi, Mistral3WithFourKeyValueHeadsMatchesTheWholeModelInEveryMode) {
+  REQUIRE_MPIRUN();
+  const TensorParallelConfig tp = world_config();
+  Mistral3TextConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 8;
+  Mistral3TextModel whole(c), split(c);
+  Generator gen(17);
+  std::map<std::string, Tensor> weights;
+  for (const auto& p : whole.named_parameters())
+    weights[p.name] = randn(p.full_shape, DType::f32, gen) * 0.3;
+  const MapWeightSource source(weights, "random Mistral3 weights");
+  LoadOptions opt;
+  whole.load_weights(source, opt);
+  parallelize_module(split, split.tp_plan(), tp, Mistral3TextModel::kPretrainedName);
+  split.load_weights(source, opt);
+  const auto [ids, mask] = encoder_inputs(c.vocab_size);
+  expect_split_matches_whole<Mistral3TextModel>(
+      whole, split,
+      [&](const Mistral3TextModel& m) {
+        return concat(
+            {m.prompt_embeds(ids, mask, {1, 2}), m.forward(ids, mask).hidden_states.back()}, 2);
+      },
+      "8 heads, 4 key/value heads");
+}
+
 // ---- tessera launch -----------------------------------------------------------------------
 
 struct ShellRun {
@@ -454,7 +645,11 @@ class TensorParallelLaunch : public ::testing::Test {
   }
   std::string generate_args(const std::string& model, const std::string& extra,
                             int steps = 2) const {
-    return std::string(" generate --model ") + fixture_path(model) +
+    return generate_args_at(fixture_path(model), extra, steps);
+  }
+  std::string generate_args_at(const std::string& folder, const std::string& extra,
+                               int steps = 2) const {
+    return std::string(" generate --model ") + folder +
            " --prompt 'a red circle' --height 64 --width 64 --steps " + std::to_string(steps) +
            " --seed 5 --max-sequence-length 16 " + extra;
   }
@@ -463,26 +658,31 @@ class TensorParallelLaunch : public ::testing::Test {
 
 const std::string kCli = TESSERA_CLI_PATH;
 
-// The checkpoint bytes of the transformer tensors that `ranks` ranks split.
-template <typename Model>
-int64_t split_checkpoint_bytes(const std::string& transformer, int ranks) {
-  const CheckpointReader ckpt = CheckpointReader::open(transformer);
-  const TensorParallelConfig tp = stand_in(0, ranks);
-  const auto shaped = Model::from_pretrained(transformer, DType::f32, &tp);
-  int64_t bytes = 0;
-  for (const auto& p : shaped->named_parameters())
-    if (p.shard.sharded()) {
-      const SafetensorsEntry& e = ckpt.entry(p.name);
-      bytes += int64_t(e.end - e.begin);
-    }
-  return bytes;
+// The components a pipeline fixture splits under --tp (CLIP and the VAE stay whole) and the
+// checkpoint bytes `ranks` ranks split of each.
+std::map<std::string, int64_t> split_components(const std::string& model, const std::string& folder,
+                                                int ranks) {
+  const auto at = [&](const char* c) { return folder + "/" + c; };
+  if (model.rfind("flux2", 0) == 0)
+    return {
+        {"transformer", split_checkpoint_bytes<Flux2Transformer2DModel>(at("transformer"), ranks)},
+        {"text_encoder", split_checkpoint_bytes<Mistral3TextModel>(at("text_encoder"), ranks)}};
+  if (model.rfind("sd35", 0) == 0)
+    return {
+        {"transformer", split_checkpoint_bytes<SD3Transformer2DModel>(at("transformer"), ranks)},
+        {"text_encoder_3", split_checkpoint_bytes<T5EncoderModel>(at("text_encoder_3"), ranks)}};
+  return {{"transformer", split_checkpoint_bytes<FluxTransformer2DModel>(at("transformer"), ranks)},
+          {"text_encoder_2", split_checkpoint_bytes<T5EncoderModel>(at("text_encoder_2"), ranks)}};
 }
 
 // tessera launch with --tp N against tessera generate: the same picture, and each rank reading
 // the replicated weights and 1/N of the split ones.
+// `folder`: the pipeline folder (default: the fixture `model`).
 void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::string& model,
                                const std::string& mode, int ranks,
-                               const std::function<std::string(const std::string&)>& args) {
+                               const std::function<std::string(const std::string&)>& args,
+                               std::string folder = "") {
+  if (folder.empty()) folder = fixture_path(model);
   const std::string one = (dir / (model + mode + "-1.png")).string();
   const std::string many = (dir / (model + mode + "-n.png")).string();
   const std::string r1 = (dir / "r1.json").string(), rn = (dir / "rn.json").string();
@@ -515,12 +715,28 @@ void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::stri
   ASSERT_EQ(jn["tensor_parallel"]["degree"], ranks);
   EXPECT_GT(jn["tensor_parallel"]["collectives"].get<int64_t>(), 0);
   const int64_t whole = j1["memory"]["stages"]["load"]["disk_read_bytes"];
-  const std::string transformer = fixture_path(model + "/transformer");
-  const int64_t split =
-      model.rfind("flux2", 0) == 0 ? split_checkpoint_bytes<Flux2Transformer2DModel>(transformer, ranks)
-      : model.rfind("sd35", 0) == 0 ? split_checkpoint_bytes<SD3Transformer2DModel>(transformer, ranks)
-                                    : split_checkpoint_bytes<FluxTransformer2DModel>(transformer, ranks);
-  ASSERT_GT(split, 0);
+  // Per component (the report's per-rank counts): the replicated ones read whole, the split ones
+  // (the transformer and the T5 / Mistral3 encoder) at most 1/N of their split tensors + the rest
+  // + 5%.
+  const auto split_of = split_components(model, folder, ranks);
+  int64_t split = 0;
+  const auto& comps = jn["tensor_parallel"]["components"];
+  ASSERT_EQ(comps.size(), j1["load_components"].size()) << model;
+  for (const auto& [name, c] : comps.items()) {
+    const int64_t one = j1["load_components"][name]["checkpoint_read_bytes"];
+    const auto it = split_of.find(name);
+    EXPECT_EQ(c["sharded"].get<bool>(), it != split_of.end()) << model << " " << name;
+    const int64_t s = it == split_of.end() ? 0 : it->second;
+    if (it != split_of.end()) ASSERT_GT(s, 0) << model << " " << name;
+    split += s;
+    const double bound_c = double(one - s + s / ranks) * 1.05;
+    ASSERT_EQ(c["checkpoint_read_bytes"].size(), size_t(ranks));
+    for (int64_t read : c["checkpoint_read_bytes"]) {
+      EXPECT_LE(double(read), bound_c)
+          << model << " " << name << " whole " << one << " split " << s;
+      if (s > 0) EXPECT_LT(read, one) << model << " " << name;
+    }
+  }
   const double bound = double(whole - split + split / ranks) * 1.05;
   for (int64_t read : jn["tensor_parallel"]["checkpoint_read_bytes"]) {
     EXPECT_LT(read, whole);
@@ -540,12 +756,54 @@ TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePictureAsOneAndReadHalfTheSplit
   }
 }
 
-// FLUX.2's fixture has 4 heads: 4 ranks (oversubscribed on small machines).
+// flux2-dev-tiny with its text encoder given 4 key/value heads (seeded random bf16 weights, the
+// same config otherwise; the other components linked): the fixture's 2 stop the encoder at 2
+// ranks, and its transformer's 4 heads allow 4.
+std::filesystem::path flux2_with_four_kv_heads(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const fs::path src = fixture_path("flux2-dev-tiny"), out = dir / "flux2-dev-tiny-kv4";
+  fs::create_directories(out / "text_encoder");
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename() != "text_encoder")
+      fs::create_symlink(e.path(), out / e.path().filename());
+  auto cfg = nlohmann::json::parse(read_bytes((src / "text_encoder/config.json").string()));
+  cfg["text_config"]["num_key_value_heads"] = 4;
+  std::ofstream((out / "text_encoder/config.json").string()) << cfg.dump(2);
+  const Mistral3TextModel shaped(
+      Mistral3TextConfig::from_json(JsonConfig::load((out / "text_encoder/config.json").string())));
+  Generator gen(23);
+  std::map<std::string, Tensor> weights;
+  for (const auto& p : shaped.named_parameters()) {
+    Tensor w = randn(p.full_shape, DType::f32, gen) * 0.05;
+    if (p.full_shape.size() == 1) w = w + 1.0;  // norm scales near 1
+    weights[p.name] = astype(w, DType::bf16);
+  }
+  save_safetensors((out / "text_encoder/model.safetensors").string(), weights);
+  return out;
+}
+
+// 4 ranks (oversubscribed on small machines): the FLUX.2 transformer (4 heads) and a Mistral3
+// encoder with 4 key/value heads both split 4 ways.
 TEST_F(TensorParallelLaunch, FourRanksWriteTheSamePictureAsOne) {
-  const char* model = "flux2-dev-tiny";
-  if (!has_fixture(std::string(model) + "/model_index.json")) GTEST_SKIP() << model << " missing";
-  expect_launch_matches_tp1(dir_, model, "eager", 4,
-                            [&](const std::string& extra) { return generate_args(model, extra); });
+  if (!has_fixture("flux2-dev-tiny/model_index.json")) GTEST_SKIP() << "flux2-dev-tiny missing";
+  const std::string folder = flux2_with_four_kv_heads(dir_).string();
+  expect_launch_matches_tp1(
+      dir_, "flux2-dev-tiny-kv4", "eager", 4,
+      [&](const std::string& extra) { return generate_args_at(folder, extra); }, folder);
+}
+
+// The fixture's own encoder (2 key/value heads) refuses 4 ranks, naming why.
+TEST_F(TensorParallelLaunch, FourRanksOnTwoKeyValueHeadsIsAClearError) {
+  if (!has_fixture("flux2-dev-tiny/model_index.json")) GTEST_SKIP() << "fixture missing";
+  const ShellRun r =
+      shell(kCli + " launch --nproc-per-node 4 --" +
+            generate_args("flux2-dev-tiny", "--tp 4 --output " + (dir_ / "x.png").string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("[Mistral3ForConditionalGeneration] num_key_value_heads=2 is not "
+                          "divisible by the tensor-parallel degree 4"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "x.png"));
 }
 
 TEST_F(TensorParallelLaunch, FourRanksOnTwoHeadsIsAClearError) {

@@ -76,6 +76,13 @@ nlohmann::json memory_json(const StageMemory& load, const StageMemories& m) {
   return j;
 }
 
+// Each component's checkpoint bytes read at load, by name.
+nlohmann::json load_components_json(const std::vector<DiffusionPipeline::ComponentLoad>& loads) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& c : loads) j[c.name] = {{"checkpoint_read_bytes", c.checkpoint_read_bytes}};
+  return j;
+}
+
 void check_writable_folder(const std::string& file) {
   const std::filesystem::path dir = std::filesystem::absolute(file).parent_path();
   TESSERA_CHECK(std::filesystem::is_directory(dir), "cannot write '", file, "': folder ",
@@ -204,10 +211,24 @@ int run_generate(const GenerateOptions& o) {
       read.push_back(all[size_t(2 * r)]);
       peak.push_back(all[size_t(2 * r + 1)]);
     }
+    // Each component's bytes per rank (every rank loads the same components in the same order).
+    const auto loads = pipe->component_loads();
+    std::vector<int64_t> own, every(loads.size() * size_t(world->size()));
+    for (const auto& c : loads) own.push_back(c.checkpoint_read_bytes);
+    world->all_gather(own.data(), every.data(), own.size() * sizeof(int64_t));
+    nlohmann::json components = nlohmann::json::object();
+    for (size_t i = 0; i < loads.size(); ++i) {
+      std::vector<int64_t> per_rank;
+      for (int r = 0; r < world->size(); ++r)
+        per_rank.push_back(every[size_t(r) * loads.size() + i]);
+      components[loads[i].name] = {{"sharded", loads[i].sharded},
+                                   {"checkpoint_read_bytes", per_rank}};
+    }
     tp_json = {{"degree", world->size()},
                {"backend", world->backend()},
                {"checkpoint_read_bytes", read},
                {"peak_weight_bytes", peak},
+               {"components", components},
                {"collectives", world->collectives()}};
   }
   if (!writer) {
@@ -257,6 +278,7 @@ int run_generate(const GenerateOptions& o) {
                         out.times.decode_seconds}}},
         {"offload", o.offload},
         {"memory", memory_json(pipe->load_memory(), out.memory)},
+        {"load_components", load_components_json(pipe->component_loads())},
         {"modes", nlohmann::json::parse(mode_stats_json(mode_stats()))},
         {"tensor_parallel", tp_json},
     };

@@ -111,7 +111,8 @@ Tensor MistralAttention::operator()(const Tensor& x, const Tensor& cos, const Te
   opt.causal = true;
   opt.mask = mask;  // padding; a query with no visible key gets 0, as torch
   Tensor out = scaled_dot_product_attention(q, k, v, opt);
-  return o_proj(contiguous(out.transpose(1, 2)).view({B, L, heads * head_dim}));
+  // This rank's heads only under tensor parallelism (o_proj then all-reduces).
+  return o_proj(contiguous(out.transpose(1, 2)).flatten(2, 3));
 }
 
 MistralMLP::MistralMLP(int64_t hidden, int64_t intermediate)
@@ -188,6 +189,21 @@ std::unique_ptr<WeightSource> Mistral3TextModel::weight_source(
         if (starts_with(n, old_prefix)) return model_prefix + n.substr(old_prefix.size());
         return n;
       });
+}
+
+TensorParallelPlan Mistral3TextModel::tp_plan() const {
+  TensorParallelPlan plan;
+  const auto col = ParallelStyle::colwise, row = ParallelStyle::rowwise;
+  const std::string layer = std::string(kModelPrefix) + "layers.*.";
+  for (const char* name : {"q_proj", "k_proj", "v_proj"})
+    plan.entries.push_back({layer + "self_attn." + name, col, {}});
+  plan.entries.push_back({layer + "self_attn.o_proj", row, {}});
+  for (const char* name : {"gate_proj", "up_proj"})
+    plan.entries.push_back({layer + "mlp." + name, col, {}});
+  plan.entries.push_back({layer + "mlp.down_proj", row, {}});
+  plan.divisible = {{"num_attention_heads", config_.num_attention_heads},
+                    {"num_key_value_heads", config_.num_key_value_heads}};
+  return plan;
 }
 
 bool Mistral3TextModel::ignored_tensor(const std::string& n) {

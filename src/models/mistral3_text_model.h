@@ -87,10 +87,16 @@ struct Mistral3TextOutput {
 class Mistral3TextModel : public Module {
  public:
   explicit Mistral3TextModel(const Mistral3TextConfig& config);
-  static std::unique_ptr<Mistral3TextModel> from_pretrained(const std::string& component_folder,
-                                                            DType dtype) {
-    return load_pretrained<Mistral3TextModel>(component_folder, dtype);
+  // `tp`: split over its ranks by tp_plan(), each rank reading only its slices.
+  static std::unique_ptr<Mistral3TextModel> from_pretrained(
+      const std::string& component_folder, DType dtype, const TensorParallelConfig* tp = nullptr) {
+    return load_pretrained<Mistral3TextModel>(component_folder, dtype, tp);
   }
+  // transformers' MistralModel.base_model_tp_plan: q/k/v_proj and the MLP's gate/up_proj
+  // column-wise, o_proj and down_proj row-wise (an all-reduce each). Grouped-query attention
+  // keeps whole query and key/value heads on a rank, so num_attention_heads and
+  // num_key_value_heads must both divide; embeddings and norms stay replicated.
+  TensorParallelPlan tp_plan() const;
   // For load_pretrained (nn/pretrained.h): checkpoints name the language model
   // "language_model.model.*" (older transformers) or "model.language_model.*".
   static constexpr const char* kPretrainedName = "[Mistral3ForConditionalGeneration]";

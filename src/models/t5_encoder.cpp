@@ -116,22 +116,23 @@ T5Attention::T5Attention(const T5Config& c, bool has_bias)
   register_module("k", &k);
   register_module("v", &v);
   register_module("o", &o);
-  if (has_bias)
-    register_parameter("relative_attention_bias.weight", &relative_attention_bias,
-                       {num_buckets, n_heads});
+  if (has_bias) {
+    relative_attention_bias = std::make_unique<nn::Embedding>(num_buckets, n_heads);
+    register_module("relative_attention_bias", relative_attention_bias.get());
+  }
 }
 
 Tensor T5Attention::compute_bias(int64_t query_length, int64_t key_length) const {
   const Tensor buckets =
       t5_relative_position_buckets(query_length, key_length, true, num_buckets, max_distance);
-  return embedding(relative_attention_bias, buckets.to(relative_attention_bias.device()))
-      .permute({2, 0, 1})
-      .unsqueeze(0);
+  const Tensor& table = relative_attention_bias->weight;
+  return embedding(table, buckets.to(table.device())).permute({2, 0, 1}).unsqueeze(0);
 }
 
 Tensor T5Attention::forward(const Tensor& x, const Tensor& position_bias) const {
   const int64_t B = x.dim(0), L = x.dim(1);
-  auto heads = [&](const Tensor& t) { return t.view({B, L, n_heads, d_kv}).transpose(1, 2); };
+  // -1 heads: a tensor-parallel rank's q/k/v hold only its heads (whole ones, d_kv each).
+  auto heads = [&](const Tensor& t) { return t.view({B, L, -1, d_kv}).transpose(1, 2); };
   SdpaOptions opt;
   opt.scale = 1.0;  // T5 does not scale the scores
   opt.mask = position_bias;
@@ -196,6 +197,20 @@ T5EncoderModel::T5EncoderModel(const T5Config& c)
     block.push_back(std::make_unique<t5::T5Block>(c, /*has_relative_attention_bias=*/i == 0));
   register_modules("encoder.block", block);
   register_module("encoder.final_layer_norm", &final_layer_norm);
+}
+
+TensorParallelPlan T5EncoderModel::tp_plan() const {
+  TensorParallelPlan plan;
+  const auto col = ParallelStyle::colwise, row = ParallelStyle::rowwise;
+  const std::string attn = "encoder.block.*.layer.0.SelfAttention.";
+  for (const char* name : {"q", "k", "v", "relative_attention_bias"})
+    plan.entries.push_back({attn + name, col, {}});
+  plan.entries.push_back({attn + "o", row, {}});
+  const std::string ff = "encoder.block.*.layer.1.DenseReluDense.";
+  for (const char* name : {"wi", "wi_0", "wi_1"}) plan.entries.push_back({ff + name, col, {}});
+  plan.entries.push_back({ff + "wo", row, {}});
+  plan.divisible = {{"num_heads", config.num_heads}};
+  return plan;
 }
 
 bool T5EncoderModel::ignored_tensor(const std::string& name) {

@@ -70,7 +70,9 @@ class T5Attention : public Module {
   int64_t n_heads, d_kv, num_buckets, max_distance;
   bool has_relative_attention_bias;
   nn::Linear q, k, v, o;
-  Tensor relative_attention_bias;  // "relative_attention_bias.weight" (num_buckets, n_heads)
+  // "relative_attention_bias" (num_buckets, n_heads), an nn.Embedding as in transformers; null
+  // past the first block. Under tensor parallelism it holds this rank's heads' columns.
+  std::unique_ptr<nn::Embedding> relative_attention_bias;
 };
 
 class T5LayerSelfAttention : public Module {
@@ -113,10 +115,17 @@ class T5EncoderModel : public Module {
   explicit T5EncoderModel(const T5Config& config);
   // Reads <folder>/config.json and loads the checkpoint converted to `dtype` (f32 or bf16). The
   // token table is "shared.weight" or, failing that, "encoder.embed_tokens.weight" (tied).
+  // `tp`: split over its ranks by tp_plan(), each rank reading only its slices.
   static std::unique_ptr<T5EncoderModel> from_pretrained(const std::string& component_folder,
-                                                         DType dtype) {
-    return load_pretrained<T5EncoderModel>(component_folder, dtype);
+                                                         DType dtype,
+                                                         const TensorParallelConfig* tp = nullptr) {
+    return load_pretrained<T5EncoderModel>(component_folder, dtype, tp);
   }
+  // The Megatron split of every encoder block, in the shape of transformers' base_model_tp_plan
+  // (which writes none for T5): q/k/v and the feed-forward's wi (wi_0, wi_1) column-wise, o and
+  // wo row-wise (an all-reduce each), the first block's relative-attention bias table split by
+  // heads (its columns). Embeddings and norms stay replicated; num_heads must divide.
+  TensorParallelPlan tp_plan() const;
   // For load_pretrained (nn/pretrained.h).
   static constexpr const char* kPretrainedName = "[T5EncoderModel]";
   static T5Config config_from_json(const JsonConfig& c) { return T5Config::from_json(c); }

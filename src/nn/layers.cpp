@@ -94,7 +94,25 @@ Tensor GroupNorm::operator()(const Tensor& x) const {
   return group_norm(x, num_groups, weight, bias, eps);
 }
 
-Embedding::Embedding(int64_t n, int64_t dim) { register_parameter("weight", &weight, {n, dim}); }
+Embedding::Embedding(int64_t n, int64_t dim) : num_embeddings(n), embedding_dim(dim) {
+  register_parameter("weight", &weight, {n, dim});
+}
+
+void Embedding::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
+                            const std::string& where) {
+  const int64_t n = tp.degree();
+  if (style == ParallelStyle::replicate || n == 1) return;
+  TESSERA_CHECK(style == ParallelStyle::colwise, "[tensor parallel] ", where,
+                ": an Embedding is split colwise (its embedding_dim) only; ",
+                parallel_style_name(style), " is not implemented");
+  TESSERA_CHECK(embedding_dim % n == 0, "[tensor parallel] ", where, ": embedding_dim=",
+                embedding_dim, " is not divisible by the tensor-parallel degree ", n);
+  ShardSpec spec;
+  spec.dim = 1;
+  spec.index = tp.mesh.local_rank(*tp.group);
+  spec.parts = n;
+  shard_parameter("weight", spec);
+}
 
 Tensor Embedding::operator()(const Tensor& ids) const { return embedding(weight, ids); }
 

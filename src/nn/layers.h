@@ -77,6 +77,12 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
   Tensor operator()(const Tensor& ids) const;
+  // Tensor parallelism, as torch's ColwiseParallel applies to an nn.Embedding: colwise keeps this
+  // rank's embedding_dim columns (T5's relative-attention bias table: one column per head, so a
+  // rank looks up only its heads' biases). Rowwise (vocabulary split, masked lookups and an
+  // all-reduce) is not implemented: an error naming `where`.
+  void parallelize(ParallelStyle style, const TensorParallelConfig& tp, const std::string& where);
+  int64_t num_embeddings, embedding_dim;  // the checkpoint's (whole) sizes
   Tensor weight;
 };
 

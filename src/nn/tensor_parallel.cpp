@@ -40,10 +40,15 @@ void parallelize_module(Module& model, const TensorParallelPlan& plan,
     int matched = 0;
     for (const auto& [path, m] : modules) {
       if (!tp_pattern_matches(e.pattern, path)) continue;
-      auto* linear = dynamic_cast<nn::Linear*>(m);
-      TESSERA_CHECK(linear, where, " tensor-parallel plan entry '", e.pattern, "' matches ", path,
-                    ", a ", m->class_name(), "; only Linear layers are split");
-      linear->parallelize(e.style, tp, e.packed, std::string(where) + " " + path);
+      const std::string at = std::string(where) + " " + path;
+      if (auto* linear = dynamic_cast<nn::Linear*>(m)) {
+        linear->parallelize(e.style, tp, e.packed, at);
+      } else if (auto* table = dynamic_cast<nn::Embedding*>(m); table && e.packed.empty()) {
+        table->parallelize(e.style, tp, at);
+      } else {
+        TESSERA_FAIL(where, " tensor-parallel plan entry '", e.pattern, "' matches ", path, ", a ",
+                     m->class_name(), "; only Linear and Embedding layers are split");
+      }
       ++matched;
     }
     // Plans are written for the model's structure: an entry matching nothing is a stale plan

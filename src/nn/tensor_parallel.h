@@ -24,9 +24,9 @@ struct TensorParallelPlan {
   std::vector<std::pair<std::string, int64_t>> divisible;
 };
 
-// Splits every Linear of `model` that the plan names; the rest stays replicated. Errors (a size
-// the degree does not divide, a match that is not a Linear) name `where`. A degree of 1 changes
-// nothing.
+// Splits every Linear (and Embedding table) of `model` that the plan names; the rest stays
+// replicated. Errors (a size the degree does not divide, a match that is neither a Linear nor an
+// Embedding) name `where`. A degree of 1 changes nothing.
 void parallelize_module(Module& model, const TensorParallelPlan& plan,
                         const TensorParallelConfig& tp, const char* where);
 

@@ -51,9 +51,21 @@ const ComponentInfo& DiffusionPipeline::component(const std::string& name) const
 
 void DiffusionPipeline::adopt(Module& model, const std::string& name) {
   TESSERA_CHECK(loading_, "[", class_name_, "] load_model outside loading");
-  models_.push_back({name, &model,
-                     std::make_unique<OffloadedModel>(
-                         model, loading_->recorder.take(model, loading_->release))});
+  // The recorder counts the model's reads as it takes its weights.
+  const int64_t before = checkpoint_read_bytes();
+  auto weights =
+      std::make_unique<OffloadedModel>(model, loading_->recorder.take(model, loading_->release));
+  models_.push_back({name, &model, std::move(weights), checkpoint_read_bytes() - before});
+}
+
+std::vector<DiffusionPipeline::ComponentLoad> DiffusionPipeline::component_loads() const {
+  std::vector<ComponentLoad> out;
+  for (const auto& m : models_) {
+    bool sharded = false;
+    for (const auto& p : m.model->named_parameters()) sharded |= p.shard.sharded();
+    out.push_back({m.name, m.read_bytes, sharded});
+  }
+  return out;
 }
 
 void DiffusionPipeline::finish_loading(const PipelineLoadOptions& opt) {

@@ -74,6 +74,14 @@ class DiffusionPipeline {
   const Device& execution_device() const { return device_; }
   // Memory used by from_pretrained (peaks and checkpoint bytes read).
   const StageMemory& load_memory() const { return load_memory_; }
+  // Per component, in load order: the checkpoint bytes its load read (offload: only what the
+  // load converted; the rest is read as it runs) and whether tensor parallelism split it.
+  struct ComponentLoad {
+    std::string name;
+    int64_t checkpoint_read_bytes = 0;
+    bool sharded = false;
+  };
+  std::vector<ComponentLoad> component_loads() const;
   const std::string& class_name() const { return class_name_; }
   DType dtype() const { return dtype_; }
   const std::string& path() const { return path_; }
@@ -159,6 +167,7 @@ class DiffusionPipeline {
     std::string name;
     Module* model;
     std::unique_ptr<OffloadedModel> weights;
+    int64_t read_bytes;  // checkpoint bytes its load read
   };
   std::vector<Loaded> models_;  // in execution order
   StageMemory load_memory_;
