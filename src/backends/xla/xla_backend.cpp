@@ -120,10 +120,17 @@ void copy_piece(const PieceLayout& l, int64_t p, char* whole, char* piece, bool 
 // "{devices=[1,4,1]0,1,2,3}": split in `parts` along `dim` of a rank-`rank` value.
 std::string tile_sharding(size_t rank, size_t dim, int64_t parts) {
   std::string s = "{devices=[";
-  for (size_t i = 0; i < rank; ++i) s += (i ? "," : "") + std::to_string(i == dim ? parts : 1);
-  s += "]";
-  for (int64_t i = 0; i < parts; ++i) s += (i ? "," : "") + std::to_string(i);
-  return s + "}";
+  for (size_t i = 0; i < rank; ++i) {
+    if (i) s += ',';
+    s += std::to_string(i == dim ? parts : 1);
+  }
+  s += ']';
+  for (int64_t i = 0; i < parts; ++i) {
+    if (i) s += ',';
+    s += std::to_string(i);
+  }
+  s += '}';
+  return s;
 }
 
 class XlaAllocator final : public Allocator {
@@ -646,7 +653,11 @@ class XlaGraph final : public GraphKernel {
       key += std::to_string(s ? s->nbytes() : 0) + ',';
       if (!s || !s->sharding) continue;
       note_parts(*s);
-      key += 's';
+      // The program rebuilds the whole tensor from the pieces: its layout is part of the key.
+      const StorageSharding& sp = *s->sharding;
+      key += 's' + std::to_string(sp.spec.dim) + '/' + std::to_string(sp.spec.parts) +
+             dtype_name(sp.dtype) + shape_str(sp.shape);
+      for (int64_t b : sp.spec.packed) key += '+' + std::to_string(b);
     }
     if (ext_off)
       for (int64_t o : *ext_off) key += std::to_string(o) + ';';
