@@ -446,17 +446,21 @@ bool PjrtClient::memory(const PjrtExecutable& exe, CompiledMemory* out) {
 }
 
 PJRT_Buffer* PjrtClient::upload_bytes(const void* data, size_t nbytes, int device) {
+  return upload_typed(data, nbytes, PJRT_Buffer_Type_U8, {int64_t(nbytes)}, device);
+}
+
+PJRT_Buffer* PjrtClient::upload_typed(const void* data, size_t nbytes, int type,
+                                      const std::vector<int64_t>& dims, int device) {
   TESSERA_CHECK(client_, "[xla] the ", platform_, " target ", topology_name_,
                 " is compile-only: it holds no data");
   TESSERA_CHECK(device >= 0 && size_t(device) < devices_.size(), "[xla] device index ", device,
                 " out of range: the ", platform_, " plugin has ", devices_.size(), " device(s)");
-  const int64_t dims[1] = {int64_t(nbytes)};
   auto a = PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args);
   a.client = client_;
   a.data = data;
-  a.type = PJRT_Buffer_Type_U8;
-  a.dims = dims;
-  a.num_dims = 1;
+  a.type = PJRT_Buffer_Type(type);
+  a.dims = dims.data();
+  a.num_dims = dims.size();
   a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
   a.device = devices_[size_t(device)];
   check(api_->PJRT_Client_BufferFromHostBuffer(&a), "PJRT_Client_BufferFromHostBuffer");

@@ -98,6 +98,10 @@ class PjrtClient {
   bool memory(const PjrtExecutable& exe, CompiledMemory* out);
   // A u8[nbytes] buffer on device `device` holding a copy of `data` (copied before returning).
   PJRT_Buffer* upload_bytes(const void* data, size_t nbytes, int device);
+  // A typed buffer (`type`: a PJRT_Buffer_Type, `dims` its shape) of `nbytes` on `device`: an
+  // SPMD piece, typed so XLA's partitioner sees the weight's elements (decision 0060).
+  PJRT_Buffer* upload_typed(const void* data, size_t nbytes, int type,
+                            const std::vector<int64_t>& dims, int device);
   // The whole buffer into `dst` (waits for the buffer's producer).
   void download(PJRT_Buffer* buf, void* dst, size_t nbytes);
   void destroy(PJRT_Buffer* buf);

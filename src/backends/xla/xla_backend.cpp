@@ -117,6 +117,26 @@ void copy_piece(const PieceLayout& l, int64_t p, char* whole, char* piece, bool 
     }
 }
 
+// A split storage's pieces are typed buffers of shape [1, local shape] (XLA's partitioner follows
+// elements through reshapes and transposes, not bytes through bitcasts): their PJRT type.
+int piece_type(const StorageSharding& sh) {
+  switch (sh.dtype) {
+    case DType::f32: return PJRT_Buffer_Type_F32;
+    case DType::bf16: return PJRT_Buffer_Type_BF16;
+    case DType::f16: return PJRT_Buffer_Type_F16;
+    case DType::f64: return PJRT_Buffer_Type_F64;
+    default:
+      TESSERA_FAIL("[xla] a tensor of dtype ", dtype_name(sh.dtype), " split over devices: only "
+                   "floating-point weights are split (f32, bf16, f16, f64)");
+  }
+}
+Shape piece_dims(const StorageSharding& sh) {
+  Shape d{1};
+  const Shape local = sh.spec.local_shape(sh.shape);
+  d.insert(d.end(), local.begin(), local.end());
+  return d;
+}
+
 // "{devices=[1,4,1]0,1,2,3}": split in `parts` along `dim` of a rank-`rank` value.
 std::string tile_sharding(size_t rank, size_t dim, int64_t parts) {
   std::string s = "{devices=[";
@@ -286,11 +306,13 @@ class XlaBackend final : public Backend {
                     "written whole (", bytes, " of its ", b.nbytes, " bytes given)");
       const PieceLayout l = piece_layout(*dst.sharding);
       const int64_t parts = dst.sharding->spec.parts;
+      const int type = piece_type(*dst.sharding);
+      const Shape dims = piece_dims(*dst.sharding);
       std::vector<char> piece(b.nbytes / size_t(parts));
       std::vector<PJRT_Buffer*> shards;
       for (int64_t p = 0; p < parts; ++p) {
         copy_piece(l, p, static_cast<char*>(const_cast<void*>(src)), piece.data(), true);
-        shards.push_back(c.upload_bytes(piece.data(), piece.size(), b.device + int(p)));
+        shards.push_back(c.upload_typed(piece.data(), piece.size(), type, dims, b.device + int(p)));
       }
       for (PJRT_Buffer* old : std::exchange(b.shards, shards)) c.destroy(old);
       return;
@@ -780,20 +802,14 @@ class XlaGraph final : public GraphKernel {
     g_stats.spmd_runs++;
   }
 
-  // A split storage's parameter (u8, split in `parts` along its only dim: device r holds piece r
-  // of the ShardSpec) as the whole tensor: pieces are bitcast to [parts, local shape], and each
-  // packed block's pieces are moved back next to each other along the split dim. An unpacked
-  // split is also annotated with its tiling, the TP plan's layout, for XLA's partitioner.
-  static Val whole_from_pieces(Hlo& h, const Val& bytes, const StorageSharding& sh) {
-    const int64_t n = sh.spec.parts, es = int64_t(dtype_size(sh.dtype));
-    const std::string et = xla::element_type(sh.dtype);
-    const Shape local = sh.spec.local_shape(sh.shape);
-    const int64_t ln = shape_numel(local);
-    Val t = es == 1 ? h.bitcast(bytes, {n * ln}, et)
-                    : h.bitcast(h.reshape(bytes, {n * ln, es}), {n * ln}, et);
-    Shape nl{n};
-    nl.insert(nl.end(), local.begin(), local.end());
-    t = h.reshape(t, nl);
+  // A split storage's parameter ([parts, local shape]: device r holds piece r of the ShardSpec)
+  // as the whole tensor: each packed block's pieces are moved back next to each other along the
+  // split dim. An unpacked split is also annotated with its tiling, the TP plan's layout, for
+  // XLA's partitioner.
+  static Val whole_from_pieces(Hlo& h, const Val& pieces, const StorageSharding& sh) {
+    const int64_t n = sh.spec.parts;
+    Val t = pieces;
+    const Shape nl = pieces.shape;
     const size_t d = size_t(sh.spec.dim), rank = sh.shape.size();
     const std::vector<int64_t> blocks =
         sh.spec.packed.empty() ? std::vector<int64_t>{sh.shape[d]} : sh.spec.packed;
@@ -829,11 +845,15 @@ class XlaGraph final : public GraphKernel {
     }
     return XlaBackend::view_value(h, view, XlaBackend::to_bytes(h, whole, split.dtype), v);
   }
-  // The same from the split parameter `bytes` (marked split here).
-  static bool split_view(Hlo& h, const Val& bytes, const StorageSharding& split,
-                         const Tensor& view, Val& v) {
-    h.shard_param(bytes, tile_sharding(1, 0, split.spec.parts));
-    return whole_view(h, whole_from_pieces(h, bytes, split), split, view, v);
+  // A split storage's parameter: [parts, local shape] of its dtype, split along dim 0 (device r
+  // passes its piece, a [1, local shape] buffer).
+  static Val split_param(Hlo& h, const StorageSharding& split) {
+    const Shape dims = piece_dims(split);
+    Shape global = dims;
+    global[0] = split.spec.parts;
+    const Val p = h.param(global, xla::element_type(split.dtype));
+    h.shard_param(p, tile_sharding(global.size(), 0, split.spec.parts));
+    return p;
   }
   struct Compiled {
     std::shared_ptr<PjrtExecutable> exe;
@@ -895,12 +915,10 @@ class XlaGraph final : public GraphKernel {
               const int64_t n = ext ? int64_t((*ext)[size_t(e)]->nbytes())
                                     : (view.offset() + 1) * int64_t(dtype_size(view.dtype())) +
                                           extent_bytes(view);
-              it = ext_bytes.emplace(rep, h.param({n}, "ui8")).first;
+              it = ext_bytes.emplace(rep, split ? split_param(h, *split) : h.param({n}, "ui8"))
+                       .first;
               c->params.push_back({rep, -1, -1});
-              if (split) {
-                h.shard_param(it->second, tile_sharding(1, 0, split->spec.parts));
-                ext_whole[rep] = whole_from_pieces(h, it->second, *split);
-              }
+              if (split) ext_whole[rep] = whole_from_pieces(h, it->second, *split);
             }
             bytes = it->second;
             if (split) {
@@ -911,14 +929,15 @@ class XlaGraph final : public GraphKernel {
             }
           } else {
             if (!view.impl()->storage) return nullptr;
-            bytes = h.param({int64_t(view.impl()->storage->nbytes())}, "ui8");
             c->params.push_back({-1, int64_t(si), int64_t(j)});
             if (const StorageSharding* split = view.impl()->storage->sharding.get()) {
-              if (!split_view(h, bytes, *split, view, v)) return nullptr;
+              const Val whole = whole_from_pieces(h, split_param(h, *split), *split);
+              if (!whole_view(h, whole, *split, view, v)) return nullptr;
               in.push_back(v);
               dts.push_back(view.dtype());
               continue;
             }
+            bytes = h.param({int64_t(view.impl()->storage->nbytes())}, "ui8");
           }
           if (!XlaBackend::view_value(h, view, bytes, v)) return nullptr;
         }
