@@ -12,16 +12,15 @@ if(PJRT_C_API_INCLUDE_DIR)
   set_tests_properties(xla_backend PROPERTIES TIMEOUT 300)
   # SPMD tensor parallelism (decision 0060): one process driving 2 and 4 xla:cpu devices; the
   # plugin's device count is fixed when it starts, so these run in a process of their own.
-  # Three entries so each stays short: the basics and the pipeline; the tiny fixtures on 2
-  # devices; a 4-head model on 2 and 4.
-  add_test(NAME xla_spmd
-           COMMAND tessera_tests --gtest_filter=XlaSpmd.*:-XlaSpmd.FluxFixtures*:XlaSpmd.FluxWithFourHeads*)
-  add_test(NAME xla_spmd_flux_fixtures
-           COMMAND tessera_tests --gtest_filter=XlaSpmd.FluxFixturesOnTwoDevices*)
-  add_test(NAME xla_spmd_flux_four_heads
-           COMMAND tessera_tests --gtest_filter=XlaSpmd.FluxWithFourHeads*)
-  set_tests_properties(xla_spmd xla_spmd_flux_fixtures xla_spmd_flux_four_heads PROPERTIES
-                       ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4 TIMEOUT 300)
+  # One entry per model test so each stays short, and one for the rest (basics, the pipeline).
+  add_test(NAME xla_spmd COMMAND tessera_tests --gtest_filter=XlaSpmd.*:-XlaSpmd.*MatchesOneDevice)
+  set_tests_properties(xla_spmd PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4 TIMEOUT 300)
+  foreach(_t FluxSchnellFixtureOnTwo FluxDevFixtureOnTwo FluxWithFourHeadsOnTwo
+          FluxWithFourHeadsOnFour)
+    add_test(NAME xla_spmd_${_t} COMMAND tessera_tests --gtest_filter=XlaSpmd.${_t}Devices*)
+    set_tests_properties(xla_spmd_${_t} PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4
+                         TIMEOUT 300)
+  endforeach()
   add_test(NAME xla_conformance
            COMMAND tessera_tests --gtest_filter=conformance/BackendConformance.*:Xla.EveryConformanceFamilyIsLowered)
   set_tests_properties(xla_conformance PROPERTIES TIMEOUT 600)

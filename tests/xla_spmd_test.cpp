@@ -162,10 +162,10 @@ void expect_split_matches_whole(FluxTransformer2DModel& whole, FluxTransformer2D
   whole.reset_compile();
 }
 
-// The tiny fixtures (2 heads) over 2 devices; 4 devices cannot hold whole heads: a clear error.
-TEST_F(XlaSpmd, FluxFixturesOnTwoDevicesMatchOneDevice) {
-  for (const char* folder : {"flux1-schnell-tiny/transformer", "flux1-dev-tiny/transformer"}) {
-    if (!has_fixture(std::string(folder) + "/config.json")) GTEST_SKIP() << folder << " missing";
+// A tiny fixture (2 heads) over 2 devices; 4 devices cannot hold whole heads: a clear error.
+void fixture_on_two_devices(const std::string& folder) {
+  {
+    if (!has_fixture(folder + "/config.json")) GTEST_SKIP() << folder << " missing";
     auto whole = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32);
     const TensorParallelConfig tp = TensorParallelConfig::over_devices(kXla, 2, "[test]");
     auto split = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
@@ -178,9 +178,15 @@ TEST_F(XlaSpmd, FluxFixturesOnTwoDevicesMatchOneDevice) {
         << msg;
   }
 }
+TEST_F(XlaSpmd, FluxSchnellFixtureOnTwoDevicesMatchesOneDevice) {
+  fixture_on_two_devices("flux1-schnell-tiny/transformer");
+}
+TEST_F(XlaSpmd, FluxDevFixtureOnTwoDevicesMatchesOneDevice) {
+  fixture_on_two_devices("flux1-dev-tiny/transformer");
+}
 
-// A FLUX.1 transformer with 4 heads (random weights) over 2 and 4 devices.
-TEST_F(XlaSpmd, FluxWithFourHeadsOnTwoAndFourDevicesMatchesOneDevice) {
+// A FLUX.1 transformer with 4 heads (random weights) over `n` devices.
+void four_heads_on(int n) {
   FluxTransformerConfig c;
   c.in_channels = c.out_channels = 16;
   c.num_layers = 2;
@@ -198,16 +204,16 @@ TEST_F(XlaSpmd, FluxWithFourHeadsOnTwoAndFourDevicesMatchesOneDevice) {
     weights[p.name] = randn(p.full_shape, DType::f32, gen) * 0.2;
   const MapWeightSource source(weights, "random FLUX weights");
   whole.load_weights(source, LoadOptions{});
-  for (int n : {2, 4}) {
-    SCOPED_TRACE(n);
+  {
     const TensorParallelConfig tp = TensorParallelConfig::over_devices(kXla, n, "[test]");
     FluxTransformer2DModel split(c);
     parallelize_module(split, split.tp_plan(), tp, "[FluxTransformer2DModel]");
     split.load_weights(source, LoadOptions{});
     expect_split_matches_whole(whole, split, flux_inputs(c), "4 heads over " + std::to_string(n));
-    whole.to(Device::cpu());
   }
 }
+TEST_F(XlaSpmd, FluxWithFourHeadsOnTwoDevicesMatchesOneDevice) { four_heads_on(2); }
+TEST_F(XlaSpmd, FluxWithFourHeadsOnFourDevicesMatchesOneDevice) { four_heads_on(4); }
 
 // Strict eager has no program to split: a clear error naming the modes that run SPMD.
 TEST_F(XlaSpmd, StrictEagerIsAClearError) {

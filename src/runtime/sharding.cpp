@@ -56,4 +56,18 @@ Tensor to_sharded(const Tensor& t, const Device& d, const ShardSpec& spec) {
   return out;
 }
 
+Tensor empty_sharded(const Shape& shape, DType dtype, const Device& d, const ShardSpec& spec) {
+  TESSERA_CHECK(spec.sharded() && spec.dim < int64_t(shape.size()), "[empty_sharded] a split "
+                "along dim ", spec.dim, " in ", spec.parts, " of shape ", shape_str(shape));
+  backend_for(d).prepare_sharding(d, int(spec.parts), "[empty_sharded]");
+  auto sh = std::make_shared<StorageSharding>();
+  sh->spec = spec;
+  sh->spec.index = 0;
+  sh->shape = shape;
+  sh->dtype = dtype;
+  Tensor out = Tensor::empty(shape, dtype, d);
+  out.storage()->sharding = sh;
+  return out;
+}
+
 }  // namespace tessera

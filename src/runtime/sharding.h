@@ -36,5 +36,7 @@ struct StorageSharding {
 // `t` on device `d` as a storage split over `spec.parts` devices of d's backend, starting at d
 // (each device receives only its piece). A backend without SPMD refuses it by name.
 Tensor to_sharded(const Tensor& t, const Device& d, const ShardSpec& spec);
+// An uninitialised tensor on `d` split so (ahead-of-time compilation: shapes only, no bytes).
+Tensor empty_sharded(const Shape& shape, DType dtype, const Device& d, const ShardSpec& spec);
 
 }  // namespace tessera

@@ -446,11 +446,25 @@ bool PjrtClient::memory(const PjrtExecutable& exe, CompiledMemory* out) {
 }
 
 PJRT_Buffer* PjrtClient::upload_bytes(const void* data, size_t nbytes, int device) {
-  return upload_typed(data, nbytes, PJRT_Buffer_Type_U8, {int64_t(nbytes)}, device);
+  return upload(data, nbytes, PJRT_Buffer_Type_U8, {int64_t(nbytes)}, device);
 }
 
-PJRT_Buffer* PjrtClient::upload_typed(const void* data, size_t nbytes, int type,
+PJRT_Buffer* PjrtClient::upload_typed(const void* data, size_t nbytes, DType dtype,
                                       const std::vector<int64_t>& dims, int device) {
+  PJRT_Buffer_Type type = PJRT_Buffer_Type_U8;
+  switch (dtype) {
+    case DType::f32: type = PJRT_Buffer_Type_F32; break;
+    case DType::bf16: type = PJRT_Buffer_Type_BF16; break;
+    case DType::f16: type = PJRT_Buffer_Type_F16; break;
+    default:
+      TESSERA_FAIL("[xla] a typed buffer of ", dtype_name(dtype),
+                   ": only f32, bf16 and f16 pieces are uploaded typed");
+  }
+  return upload(data, nbytes, type, dims, device);
+}
+
+PJRT_Buffer* PjrtClient::upload(const void* data, size_t nbytes, int type,
+                                const std::vector<int64_t>& dims, int device) {
   TESSERA_CHECK(client_, "[xla] the ", platform_, " target ", topology_name_,
                 " is compile-only: it holds no data");
   TESSERA_CHECK(device >= 0 && size_t(device) < devices_.size(), "[xla] device index ", device,

@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/dtype.h"
+
 struct PJRT_Api;
 struct PJRT_Client;
 struct PJRT_Device;
@@ -98,9 +100,9 @@ class PjrtClient {
   bool memory(const PjrtExecutable& exe, CompiledMemory* out);
   // A u8[nbytes] buffer on device `device` holding a copy of `data` (copied before returning).
   PJRT_Buffer* upload_bytes(const void* data, size_t nbytes, int device);
-  // A typed buffer (`type`: a PJRT_Buffer_Type, `dims` its shape) of `nbytes` on `device`: an
-  // SPMD piece, typed so XLA's partitioner sees the weight's elements (decision 0060).
-  PJRT_Buffer* upload_typed(const void* data, size_t nbytes, int type,
+  // A buffer of `dtype` (f32, bf16, f16) and shape `dims` on `device`: an SPMD piece, typed so
+  // XLA's partitioner sees the weight's elements (decision 0060).
+  PJRT_Buffer* upload_typed(const void* data, size_t nbytes, DType dtype,
                             const std::vector<int64_t>& dims, int device);
   // The whole buffer into `dst` (waits for the buffer's producer).
   void download(PJRT_Buffer* buf, void* dst, size_t nbytes);
@@ -141,6 +143,8 @@ class PjrtClient {
  private:
   void check(void* err, const char* call);
   void note_buffer(PJRT_Buffer* buf, int64_t bytes);  // a new buffer of this client
+  PJRT_Buffer* upload(const void* data, size_t nbytes, int type,  // a PJRT_Buffer_Type
+                      const std::vector<int64_t>& dims, int device);
   int64_t forget_buffer(PJRT_Buffer* buf);             // its bytes (0: unknown or donated)
   void load_plugin();
   void make_identity();

@@ -118,18 +118,7 @@ void copy_piece(const PieceLayout& l, int64_t p, char* whole, char* piece, bool 
 }
 
 // A split storage's pieces are typed buffers of shape [1, local shape] (XLA's partitioner follows
-// elements through reshapes and transposes, not bytes through bitcasts): their PJRT type.
-int piece_type(const StorageSharding& sh) {
-  switch (sh.dtype) {
-    case DType::f32: return PJRT_Buffer_Type_F32;
-    case DType::bf16: return PJRT_Buffer_Type_BF16;
-    case DType::f16: return PJRT_Buffer_Type_F16;
-    case DType::f64: return PJRT_Buffer_Type_F64;
-    default:
-      TESSERA_FAIL("[xla] a tensor of dtype ", dtype_name(sh.dtype), " split over devices: only "
-                   "floating-point weights are split (f32, bf16, f16, f64)");
-  }
-}
+// elements through reshapes and transposes, not bytes through bitcasts).
 Shape piece_dims(const StorageSharding& sh) {
   Shape d{1};
   const Shape local = sh.spec.local_shape(sh.shape);
@@ -306,13 +295,13 @@ class XlaBackend final : public Backend {
                     "written whole (", bytes, " of its ", b.nbytes, " bytes given)");
       const PieceLayout l = piece_layout(*dst.sharding);
       const int64_t parts = dst.sharding->spec.parts;
-      const int type = piece_type(*dst.sharding);
       const Shape dims = piece_dims(*dst.sharding);
       std::vector<char> piece(b.nbytes / size_t(parts));
       std::vector<PJRT_Buffer*> shards;
       for (int64_t p = 0; p < parts; ++p) {
         copy_piece(l, p, static_cast<char*>(const_cast<void*>(src)), piece.data(), true);
-        shards.push_back(c.upload_typed(piece.data(), piece.size(), type, dims, b.device + int(p)));
+        shards.push_back(c.upload_typed(piece.data(), piece.size(), dst.sharding->dtype, dims,
+                                        b.device + int(p)));
       }
       for (PJRT_Buffer* old : std::exchange(b.shards, shards)) c.destroy(old);
       return;
