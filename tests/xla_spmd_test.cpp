@@ -6,13 +6,19 @@
 #include <gtest/gtest.h>
 
 #ifdef TESSERA_HAS_XLA
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "backends/xla/pjrt_client.h"
 #include "backends/xla/xla_backend.h"
 #include "distributed/tensor_parallel.h"
+#include "io/png.h"
 #include "models/flux_transformer.h"
 #include "nn/tensor_parallel.h"
 #include "ops/copy.h"
@@ -262,6 +268,61 @@ TEST_F(XlaSpmd, FluxPipelineOnTwoDevicesMatchesOneDeviceAndTheGolden) {
                                         DType::f32));
   }
   EXPECT_LE(relative_error(two.back(), one.back()), 1e-5) << "image";
+}
+
+// Runs `command` through the shell: exit code and stdout + stderr.
+std::pair<int, std::string> shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof buf, p)) out += buf;
+  const int status = p ? pclose(p) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// tessera generate --device xla:cpu --tp 2 (one process, no launch) against --tp 1: the same
+// picture up to one level on at most 0.1% of the values (partial sums add in another order);
+// --tp 4 on the 2-head fixture and --tp 2 in strict eager are clear errors.
+TEST_F(XlaSpmd, GenerateWithTpOnXlaCpuWritesThePictureOfOneDevice) {
+  if (!has_fixture("flux1-schnell-tiny/model_index.json")) GTEST_SKIP() << "fixture missing";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("tessera-spmd-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string cli = std::string(TESSERA_CLI_PATH) + " generate --model " +
+                          fixture_path("flux1-schnell-tiny") +
+                          " --prompt 'a cat' --height 64 --width 64 --steps 2 --seed 0 "
+                          "--device xla:cpu ";
+  const std::string one = (dir / "one.png").string(), two = (dir / "two.png").string();
+  const std::string report = (dir / "two.json").string();
+  auto a = shell(cli + "--mode compile -o " + one);
+  ASSERT_EQ(a.first, 0) << a.second;
+  auto b = shell(cli + "--mode compile --tp 2 -o " + two + " --report " + report);
+  ASSERT_EQ(b.first, 0) << b.second;
+  const PngImage pa = read_png(one), pb = read_png(two);
+  ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
+  size_t differ = 0;
+  int worst = 0;
+  for (size_t i = 0; i < pa.rgb.size(); ++i) {
+    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
+    differ += d != 0;
+    worst = std::max(worst, d);
+  }
+  EXPECT_LE(worst, 1);
+  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size()));
+  std::ifstream rin(report);
+  const auto j = nlohmann::json::parse(rin);
+  EXPECT_EQ(j["tensor_parallel"]["degree"], 2);
+  EXPECT_EQ(j["tensor_parallel"]["backend"], "spmd");
+  auto c = shell(cli + "--mode compile --tp 4 -o " + two);
+  EXPECT_NE(c.first, 0);
+  EXPECT_NE(c.second.find("num_attention_heads=2 is not divisible by the tensor-parallel degree 4"),
+            std::string::npos)
+      << c.second;
+  auto d = shell(cli + "--mode eager --tp 2 -o " + two);
+  EXPECT_NE(d.first, 0);
+  EXPECT_NE(d.second.find("--mode compile, --compile-regional or --mode defer"), std::string::npos)
+      << d.second;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
