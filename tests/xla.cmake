@@ -8,8 +8,20 @@ foreach(t ${_tessera_tests})
 endforeach()
 if(PJRT_C_API_INCLUDE_DIR)
   add_test(NAME xla_backend COMMAND tessera_tests
-           --gtest_filter=Xla*:-Xla.EveryConformanceFamilyIsLowered:XlaCache.*:XlaAot.*:XlaTpuAot.*)
+           --gtest_filter=Xla*:-Xla.EveryConformanceFamilyIsLowered:XlaCache.*:XlaAot.*:XlaTpuAot.*:XlaSpmd.*)
   set_tests_properties(xla_backend PROPERTIES TIMEOUT 300)
+  # SPMD tensor parallelism (decision 0060): one process driving 2 and 4 xla:cpu devices; the
+  # plugin's device count is fixed when it starts, so these run in a process of their own.
+  # One entry per model test so each stays short, and one for the rest (basics, the pipeline).
+  add_test(NAME xla_spmd
+           COMMAND tessera_tests --gtest_filter=XlaSpmd.*:-XlaSpmd.*MatchesOneDevice:XlaSpmd.Generate*)
+  set_tests_properties(xla_spmd PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4 TIMEOUT 300)
+  foreach(_t FluxSchnellFixtureOnTwo FluxDevFixtureOnTwo FluxWithFourHeadsOnTwo
+          FluxWithFourHeadsOnFour GenerateWithTpOnXlaCpuWritesThePictureOfOne)
+    add_test(NAME xla_spmd_${_t} COMMAND tessera_tests --gtest_filter=XlaSpmd.${_t}Devices*)
+    set_tests_properties(xla_spmd_${_t} PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4
+                         TIMEOUT 300)
+  endforeach()
   add_test(NAME xla_conformance
            COMMAND tessera_tests --gtest_filter=conformance/BackendConformance.*:Xla.EveryConformanceFamilyIsLowered)
   set_tests_properties(xla_conformance PROPERTIES TIMEOUT 600)

@@ -196,6 +196,39 @@ TEST(XlaTpuAot, TinyFluxCompilesForOneAndFourChipTopologies) {
             2);  // one executable per topology
 }
 
+// --tp 2 on a 4-chip topology: one SPMD program over 2 chips (decision 0060) whose per-chip
+// arguments hold half of the split weights; a degree the heads or the chips do not allow is one
+// clear line.
+TEST(XlaTpuAot, TinyFluxSplitOverTwoChipsIsOneSpmdProgram) {
+  if (!have_libtpu()) GTEST_SKIP() << "no libtpu";
+  TempDir tmp;
+  const auto r = run_cli("compile --model " + tiny() + " --target tpu:v6e:2x2 --tp 2" +
+                         " --height 64 --width 64 --cache-dir " + quote(tmp / "c") +
+                         " --report " + quote(tmp / "r.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("split over 2 chips (memory per chip)"), std::string::npos) << r.out;
+  const json rep = read_json(tmp / "r.json");
+  EXPECT_EQ(rep["tp"].get<int>(), 2);
+  const int64_t split = rep["split_parameter_bytes"].get<int64_t>();
+  EXPECT_GT(split, rep["parameter_bytes"].get<int64_t>() / 2);  // q/k/v, MLPs, outputs
+  ASSERT_EQ(rep["programs"].size(), 1u);
+  const json& p = rep["programs"][0];
+  EXPECT_EQ(p["partitions"].get<int>(), 2);
+  EXPECT_TRUE(p["has_memory"].get<bool>());
+  EXPECT_GT(fs::file_size(p["cache_file"].get<std::string>()), 1000u);
+
+  const auto heads = run_cli("compile --model " + tiny() + " --target tpu:v6e:2x2 --tp 4" +
+                             " --height 64 --width 64 --cache-dir " + quote(tmp / "c"));
+  EXPECT_EQ(heads.code, 1);
+  EXPECT_NE(heads.err.find("num_attention_heads=2 is not divisible by the tensor-parallel degree 4"),
+            std::string::npos) << heads.err;
+  const auto chips = run_cli("compile --model " + tiny() + " --target tpu:v6e:1x1 --tp 2" +
+                             " --height 64 --width 64 --cache-dir " + quote(tmp / "c"));
+  EXPECT_EQ(chips.code, 1);
+  EXPECT_NE(chips.err.find("needs 2 devices"), std::string::npos) << chips.err;
+  EXPECT_EQ(std::count(chips.err.begin(), chips.err.end(), '\n'), 1) << chips.err;
+}
+
 TEST(XlaTpuAot, UnknownTopologyIsOneLineError) {
   if (!have_libtpu()) GTEST_SKIP() << "no libtpu";
   TempDir tmp;

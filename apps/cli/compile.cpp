@@ -23,6 +23,7 @@ struct CompileCliOptions {
   std::string model, target, dtype = "bf16", cache_dir, report;
   int64_t height = 1024, width = 1024, max_sequence_length = 0, batch = 0;
   bool regional = false;
+  int tp = 1;  // SPMD over this many chips (decision 0060)
 };
 
 // High-bandwidth memory per chip, by the topology's generation (Cloud TPU documentation).
@@ -87,6 +88,7 @@ int run_compile(const CompileCliOptions& o) {
   a.max_sequence_length = o.max_sequence_length;
   a.batch = o.batch;
   a.regional = o.regional;
+  a.tp = o.tp;
   a.compile.backend = backend_for(device).name();
   const DenoiserAotInfo info = trace_denoiser(o.model, a);
   const std::vector<XlaAotProgram> programs = xla_aot_programs();
@@ -98,11 +100,18 @@ int run_compile(const CompileCliOptions& o) {
   std::printf("%s %s (%s weights, %s), %s\n", info.pipeline.c_str(), info.model.c_str(),
               gib(info.parameter_bytes).c_str(), o.dtype.c_str(), o.target.c_str());
   std::printf("inputs: %s\n", info.inputs.c_str());
+  if (o.tp > 1)  // memory below is per chip: each holds its pieces of the split weights
+    std::printf("tensor parallel: split by the TP plan over %d chips (SPMD, one program): %s of "
+                "the weights split (%s per chip), %s replicated on every chip\n",
+                o.tp, gib(info.split_parameter_bytes).c_str(),
+                gib(info.split_parameter_bytes / o.tp).c_str(),
+                gib(info.parameter_bytes - info.split_parameter_bytes).c_str());
   nlohmann::json rep = {{"model", o.model},       {"pipeline", info.pipeline},
                         {"denoiser", info.model}, {"target", o.target},
                         {"dtype", o.dtype},       {"height", o.height},
                         {"width", o.width},       {"regional", o.regional},
                         {"inputs", info.inputs},  {"parameter_bytes", info.parameter_bytes},
+                        {"tp", o.tp},             {"split_parameter_bytes", info.split_parameter_bytes},
                         {"hbm_bytes", hbm},       {"cache_dir", cache},
                         {"programs", nlohmann::json::array()}};
   int64_t worst = 0;
@@ -111,8 +120,12 @@ int run_compile(const CompileCliOptions& o) {
     // What the chip holds while the program runs: its arguments (weights and inputs), its
     // temporaries, and outputs that do not reuse an argument's memory.
     const int64_t need = p.argument_bytes + p.temp_bytes + p.output_bytes - p.alias_bytes;
-    std::printf("program %zu: %lld ops, compiled in %.1f s for %s, %lld bytes serialized\n", i,
+    std::printf("program %zu: %lld ops, compiled in %.1f s for %s%s, %lld bytes serialized\n", i,
                 (long long)p.ops, p.compile_seconds, p.target.c_str(),
+                p.partitions > 1
+                    ? (", split over " + std::to_string(p.partitions) + " chips (memory per chip)")
+                          .c_str()
+                    : "",
                 (long long)p.serialized_bytes);
     if (p.has_memory) {
       std::printf("  memory: arguments %s, temporaries %s, outputs %s (%s aliased), code %s: "
@@ -133,6 +146,7 @@ int run_compile(const CompileCliOptions& o) {
     rep["programs"].push_back({{"ops", p.ops},
                                {"compile_seconds", p.compile_seconds},
                                {"target", p.target},
+                               {"partitions", p.partitions},
                                {"has_memory", p.has_memory},
                                {"argument_bytes", p.argument_bytes},
                                {"temp_bytes", p.temp_bytes},
@@ -145,9 +159,12 @@ int run_compile(const CompileCliOptions& o) {
                                {"serialized_bytes", p.serialized_bytes}});
   }
   if (o.regional && hbm) {  // every block's weights stay resident; one block runs at a time
-    const int64_t need = info.parameter_bytes + worst;
-    std::printf("regional: all weights %s + the largest program %s = %s: %s one chip's %s\n",
-                gib(info.parameter_bytes).c_str(), gib(worst).c_str(), gib(need).c_str(),
+    // Per chip: its pieces of the split weights and every replicated one.
+    const int64_t resident =
+        info.parameter_bytes - info.split_parameter_bytes + info.split_parameter_bytes / o.tp;
+    const int64_t need = resident + worst;
+    std::printf("regional: weights per chip %s + the largest program %s = %s: %s one chip's %s\n",
+                gib(resident).c_str(), gib(worst).c_str(), gib(need).c_str(),
                 need <= hbm ? "fits" : "does NOT fit", gib(hbm).c_str());
   }
   rep["fits"] = hbm ? nlohmann::json(worst <= hbm) : nlohmann::json();
@@ -186,6 +203,10 @@ void register_compile(CLI::App& app, Runner& run) {
   sub->add_flag("--regional", o->regional,
                 "one program per repeated block class (weights as inputs) instead of the whole "
                 "denoiser");
+  sub->add_option("--tp", o->tp,
+                  "split the denoiser by its tensor-parallel plan over this many chips of the "
+                  "target: one SPMD program, XLA inserting the collectives; memory is per chip")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dir", o->cache_dir,
                   "where the executables go (default: TESSERA_CACHE_DIR, else "
                   "~/.cache/tessera/executables)");

@@ -130,7 +130,19 @@ int run_generate(const GenerateOptions& o) {
   if (o.tp == 1 && launched_by_mpirun())
     TESSERA_FAIL("[generate] started on several ranks (tessera launch) but --tp is 1; pass --tp "
                  "with the number of ranks");
-  if (o.tp > 1) {
+  // On an XLA device, --tp N is one process driving N of its devices (SPMD, decision 0060).
+  const Device tp_device = Device::parse(o.device);
+  const bool spmd = o.tp > 1 && (tp_device.type == DeviceType::xla ||
+                                 tp_device.type == DeviceType::tpu);
+  if (spmd) {
+    TESSERA_CHECK(!launched_by_mpirun(), "[generate] --tp ", o.tp, " on ", tp_device.str(),
+                  " is one process driving ", o.tp, " devices; start it without tessera launch");
+    TESSERA_CHECK(compile_full || o.compile_regional || o.mode == "defer", "[generate] --tp ",
+                  o.tp, " on ", tp_device.str(), " runs the transformer as SPMD programs: use "
+                  "--mode compile, --compile-regional or --mode defer (strict eager runs op by op "
+                  "and has no program to split)");
+    load.tensor_parallel = TensorParallelConfig::over_devices(tp_device, o.tp, "[generate]");
+  } else if (o.tp > 1) {
     TESSERA_CHECK(launched_by_mpirun(), "[generate] --tp ", o.tp, " needs ", o.tp,
                   " processes: start it with tessera launch --nproc-per-node ", o.tp,
                   " -- generate ... --tp ", o.tp);
@@ -151,9 +163,10 @@ int run_generate(const GenerateOptions& o) {
   const double t_load = now_seconds();
   // The class model_index.json names (pipelines/registry.h); compile applies to its denoiser.
   auto pipe = DiffusionPipeline::from_pretrained(model, load);
-  if (world) {
+  if (world || spmd) {
     bool sharded = false;
-    for (const auto& p : pipe->denoiser().named_parameters()) sharded |= p.shard.sharded();
+    for (const auto& p : pipe->denoiser().named_parameters())
+      sharded |= p.shard.sharded() || p.split.sharded();
     TESSERA_CHECK(sharded, "[generate] --tp ", o.tp, ": ", pipe->class_name(),
                   "'s denoiser has no tensor-parallel plan (the FLUX.1, FLUX.2 and SD3 "
                   "transformers have one)");
@@ -230,6 +243,8 @@ int run_generate(const GenerateOptions& o) {
                {"peak_weight_bytes", peak},
                {"components", components},
                {"collectives", world->collectives()}};
+  } else if (spmd) {
+    tp_json = {{"degree", o.tp}, {"backend", "spmd"}, {"devices", load.tensor_parallel->mesh.str()}};
   }
   if (!writer) {
     destroy_process_group();

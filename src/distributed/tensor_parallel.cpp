@@ -2,6 +2,7 @@
 
 #include "ops/copy.h"
 #include "ops/shape_ops.h"
+#include "runtime/backend.h"
 #include "runtime/error.h"
 
 namespace tessera {
@@ -17,6 +18,22 @@ TensorParallelConfig TensorParallelConfig::over_world(int expected, const char* 
   return c;
 }
 
+TensorParallelConfig TensorParallelConfig::over_devices(const Device& first, int n,
+                                                        const char* where) {
+  TESSERA_CHECK(n >= 1, where, " --tp ", n, ": the degree must be at least 1");
+  TESSERA_CHECK(first.type == DeviceType::xla || first.type == DeviceType::tpu, where, " --tp ", n,
+                " on ", first.str(), ": one process drives several devices only on XLA devices "
+                "(xla:cpu, xla:cuda, tpu); on CPU ranks start one process per rank with tessera "
+                "launch --nproc-per-node ", n);
+  backend_for(first).prepare_sharding(first, n, where);
+  TensorParallelConfig c;
+  std::vector<int> ranks;
+  for (int i = 0; i < n; ++i) ranks.push_back(first.index + i);
+  c.mesh = DeviceMesh(first.type, ranks);
+  c.spmd_device = first;
+  return c;
+}
+
 const char* parallel_style_name(ParallelStyle style) {
   switch (style) {
     case ParallelStyle::colwise:
@@ -26,26 +43,6 @@ const char* parallel_style_name(ParallelStyle style) {
     default:
       return "replicate";
   }
-}
-
-std::vector<std::pair<int64_t, int64_t>> ShardSpec::ranges(int64_t full_size) const {
-  std::vector<int64_t> blocks = packed.empty() ? std::vector<int64_t>{full_size} : packed;
-  std::vector<std::pair<int64_t, int64_t>> out;
-  int64_t base = 0;
-  for (int64_t b : blocks) {
-    const int64_t piece = b / parts;
-    out.emplace_back(base + index * piece, base + (index + 1) * piece);
-    base += b;
-  }
-  return out;
-}
-
-Shape ShardSpec::local_shape(const Shape& full) const {
-  if (!sharded()) return full;
-  Shape s = full;
-  s[size_t(dim)] = 0;
-  for (const auto& [b, e] : ranges(full[size_t(dim)])) s[size_t(dim)] += e - b;
-  return s;
 }
 
 Tensor read_shard(const Tensor& full, const ShardSpec& spec) {

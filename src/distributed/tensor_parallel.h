@@ -5,11 +5,13 @@
 // several fused parts (FLUX's single blocks' proj_out reads [attention, MLP]) on its own.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "distributed/device_mesh.h"
 #include "distributed/process_group.h"
+#include "runtime/sharding.h"
 #include "runtime/tensor.h"
 
 namespace tessera {
@@ -18,28 +20,27 @@ namespace tessera {
 struct TensorParallelConfig {
   DeviceMesh mesh;
   std::shared_ptr<ProcessGroup> group;  // the collectives among the mesh's ranks
+  // SPMD (decision 0060): one process drives the mesh's devices, from this XLA device on
+  // (mesh ranks are device indices, no group). Weights keep their whole shapes and are stored
+  // split over the devices by the plan; XLA's partitioner splits the program and inserts the
+  // collectives.
+  std::optional<Device> spmd_device;
+  bool spmd() const { return spmd_device.has_value(); }
   int degree() const { return mesh.size(); }
   int rank() const { return group ? group->rank() : 0; }
   // The mesh over every rank of the default group (init_process_group first); `expected`: the
   // degree asked for (--tp), which must equal the number of ranks launched.
   static TensorParallelConfig over_world(int expected, const char* where);
+  // SPMD over `n` devices of `first`'s backend from `first` on (xla:cpu, xla:cuda, tpu); readies
+  // them (xla:cpu starts its plugin with n devices when it has not started). Throws naming
+  // `where` for a device without SPMD programs or too few devices.
+  static TensorParallelConfig over_devices(const Device& first, int n, const char* where);
 };
 
 enum class ParallelStyle { replicate, colwise, rowwise };
 const char* parallel_style_name(ParallelStyle style);
 
-// This rank's part of one parameter: along `dim`, split in `parts` equal pieces, piece `index`;
-// with `packed` (sizes of fused blocks along dim, summing to its size) each block is split so and
-// the pieces concatenated.
-struct ShardSpec {
-  int64_t dim = -1;  // -1: not sharded
-  int64_t index = 0, parts = 1;
-  std::vector<int64_t> packed;
-  bool sharded() const { return dim >= 0 && parts > 1; }
-  Shape local_shape(const Shape& full) const;
-  // (begin, end) ranges along dim that this rank reads, in order.
-  std::vector<std::pair<int64_t, int64_t>> ranges(int64_t full_size) const;
-};
+// This rank's part of one parameter: ShardSpec (runtime/sharding.h) with index = the rank.
 
 // The slice of `full` (a zero-copy view of a checkpoint's memory map) this rank keeps, as a
 // contiguous tensor: rows (dim 0) are one contiguous byte range; columns are strided reads of

@@ -39,9 +39,20 @@ void Linear::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
                 " is not divisible by the tensor-parallel degree ", n);
   ShardSpec spec;
   spec.dim = style == ParallelStyle::colwise ? 0 : 1;
-  spec.index = tp.mesh.local_rank(*tp.group);
   spec.parts = n;
   spec.packed = packed;
+  if (tp.spmd()) {
+    // SPMD: the whole weight, stored split over the devices as the plan says; this layer
+    // computes as if whole and XLA's partitioner inserts the all-reduce of a row-wise split.
+    split_parameter("weight", spec);
+    if (style == ParallelStyle::colwise && bias_registered_) {
+      ShardSpec b = spec;
+      b.dim = 0;
+      split_parameter("bias", b);
+    }
+    return;
+  }
+  spec.index = tp.mesh.local_rank(*tp.group);
   shard_parameter("weight", spec);
   if (style == ParallelStyle::colwise && bias_registered_) {
     ShardSpec b = spec;

@@ -11,6 +11,7 @@
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/graph_plan.h"
+#include "runtime/sharding.h"
 
 namespace tessera {
 
@@ -26,7 +27,7 @@ LoadObserver* set_load_observer(LoadObserver* observer) {
 
 void Module::register_parameter(const std::string& name, Tensor* slot, Shape shape,
                                 bool optional) {
-  params_.push_back({name, slot, shape, optional, ShardSpec{}, shape});
+  params_.push_back({name, slot, shape, optional, ShardSpec{}, shape, ShardSpec{}});
 }
 
 void Module::shard_parameter(const std::string& name, const ShardSpec& shard) {
@@ -34,6 +35,16 @@ void Module::shard_parameter(const std::string& name, const ShardSpec& shard) {
     if (p.name != name) continue;
     p.shard = shard;
     p.shape = shard.local_shape(p.full_shape);
+    return;
+  }
+  TESSERA_FAIL("[tensor parallel] ", class_name(), " has no parameter '", name, "'");
+}
+
+void Module::split_parameter(const std::string& name, const ShardSpec& split) {
+  for (auto& p : params_) {
+    if (p.name != name) continue;
+    p.split = split;
+    p.split.index = 0;
     return;
   }
   TESSERA_FAIL("[tensor parallel] ", class_name(), " has no parameter '", name, "'");
@@ -56,7 +67,7 @@ void Module::register_module(const std::string& name, Module* child) {
 std::vector<Module::Parameter> Module::named_parameters(const std::string& prefix) const {
   std::vector<Parameter> out;
   for (const auto& p : params_)
-    out.push_back({prefix + p.name, p.slot, p.shape, p.optional, p.shard, p.full_shape});
+    out.push_back({prefix + p.name, p.slot, p.shape, p.optional, p.shard, p.full_shape, p.split});
   for (const auto& [name, child] : children_) {
     auto sub = child->named_parameters(prefix + name + ".");
     out.insert(out.end(), sub.begin(), sub.end());
@@ -71,8 +82,17 @@ int64_t Module::parameter_count() const {
 }
 
 void Module::to(const Device& device) {
-  for (const Parameter& p : named_parameters())
-    if (p.slot->defined()) *p.slot = p.slot->to(device);
+  const bool xla = device.type == DeviceType::xla || device.type == DeviceType::tpu;
+  for (const Parameter& p : named_parameters()) {
+    if (!p.slot->defined()) continue;
+    if (xla && p.split.sharded()) {
+      const Tensor& t = *p.slot;
+      if (t.device() != device || !t.storage()->sharding)
+        *p.slot = to_sharded(t, device, p.split);
+      continue;
+    }
+    *p.slot = p.slot->to(device);
+  }
   set_compile_backend(backend_for(device).name());
 }
 

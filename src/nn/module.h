@@ -68,6 +68,7 @@ class Module {
     bool optional;     // may be missing from the checkpoint (then stays undefined)
     ShardSpec shard;   // tensor parallelism: the slice of the checkpoint tensor this rank keeps
     Shape full_shape;  // the checkpoint tensor's shape (= shape when not sharded)
+    ShardSpec split;   // SPMD (decision 0060): whole, but stored split over an XLA device's mesh
   };
   // Every parameter below this module, with full dotted names.
   std::vector<Parameter> named_parameters(const std::string& prefix = "") const;
@@ -77,7 +78,8 @@ class Module {
   int64_t parameter_count() const;
   int64_t parameter_bytes() const;
   // Moves every parameter onto `device` (torch's module.to(device)): a copy through the two
-  // backends' host copies; a parameter already there stays as it is.
+  // backends' host copies; a parameter already there stays as it is. A parameter with an SPMD
+  // split goes onto an XLA device split over its mesh (to_sharded), each device its piece.
   void to(const Device& device);
 
   // Fills every parameter from `source`, checking shapes against the config. Errors name the
@@ -123,6 +125,9 @@ class Module {
   // Tensor parallelism: this module's parameter `name` keeps only the slice `shard` of the
   // checkpoint tensor (its expected shape becomes the slice's).
   void shard_parameter(const std::string& name, const ShardSpec& shard);
+  // SPMD: parameter `name` keeps its whole shape; on an XLA device it is stored split by
+  // `split` (index ignored) over the devices of the mesh (Module::to).
+  void split_parameter(const std::string& name, const ShardSpec& split);
   // Registers a child; its parameters appear as "<name>.<param>".
   void register_module(const std::string& name, Module* child);
   // Registers a list of children as "<name>.0", "<name>.1", ...
@@ -149,6 +154,7 @@ class Module {
     bool optional;
     ShardSpec shard;
     Shape full_shape;
+    ShardSpec split;
   };
   std::vector<OwnParameter> params_;
   std::vector<std::pair<std::string, Module*>> children_;

@@ -28,7 +28,8 @@ bool tp_pattern_matches(const std::string& pattern, const std::string& path) {
 
 void parallelize_module(Module& model, const TensorParallelPlan& plan,
                         const TensorParallelConfig& tp, const char* where) {
-  TESSERA_CHECK(tp.group, where, " tensor parallelism needs a process group");
+  TESSERA_CHECK(tp.group || tp.spmd(), where,
+                " tensor parallelism needs a process group or SPMD devices");
   const int n = tp.degree();
   for (const auto& [key, value] : plan.divisible)
     TESSERA_CHECK(value % n == 0, where, " ", key, "=", value,

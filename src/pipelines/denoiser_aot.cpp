@@ -5,20 +5,33 @@
 #include "io/model_folder.h"
 #include "models/flux_transformer.h"
 #include "models/sd3_transformer.h"
+#include "nn/tensor_parallel.h"
 #include "runtime/error.h"
+#include "runtime/sharding.h"
 
 namespace tessera {
 namespace {
 
 // Every required parameter as an uninitialised tensor of the config's shape on the device (an
 // optional one stays undefined, as when a checkpoint lacks it).
+// A parameter the TP plan splits (--tp) is a storage split over the devices (decision 0060).
 void place_parameters(Module& m, DType dtype, const Device& device, DenoiserAotInfo* info) {
   for (const auto& p : m.named_parameters()) {
     if (p.optional) continue;
-    *p.slot = Tensor::empty(p.shape, dtype, device);
+    *p.slot = p.split.sharded() ? empty_sharded(p.shape, dtype, device, p.split)
+                                : Tensor::empty(p.shape, dtype, device);
     info->parameters += shape_numel(p.shape);
     info->parameter_bytes += int64_t(p.slot->nbytes());
+    if (p.split.sharded()) info->split_parameter_bytes += int64_t(p.slot->nbytes());
   }
+}
+
+// --tp: the model's TP plan over o.tp devices of the target, as tessera generate --tp does.
+template <typename M>
+void split_by_plan(M& m, const DenoiserAotOptions& o, const char* name) {
+  if (o.tp <= 1) return;
+  const TensorParallelConfig tp = TensorParallelConfig::over_devices(o.device, o.tp, "[compile]");
+  parallelize_module(m, m.tp_plan(), tp, name);
 }
 
 void compile_module(Module& m, const DenoiserAotOptions& o) {
@@ -50,6 +63,7 @@ DenoiserAotInfo trace_flux(const PipelineFolder& f, const DenoiserAotOptions& o)
   const ComponentInfo& c = f.component("transformer");
   FluxTransformer2DModel m(FluxTransformerConfig::from_json(c.config()));
   m.loaded(MapWeightSource({}), o.dtype);
+  split_by_plan(m, o, info.model.c_str());
   place_parameters(m, o.dtype, o.device, &info);
   compile_module(m, o);
   // FluxPipeline: latents packed 2x2 at 1/vae_scale of the image, one text id per T5 token.
@@ -86,6 +100,7 @@ DenoiserAotInfo trace_sd3(const PipelineFolder& f, const DenoiserAotOptions& o) 
   const ComponentInfo& c = f.component("transformer");
   SD3Transformer2DModel m(SD3TransformerConfig::from_json(c.config()));
   m.loaded(MapWeightSource({}), o.dtype);
+  split_by_plan(m, o, info.model.c_str());
   place_parameters(m, o.dtype, o.device, &info);
   compile_module(m, o);
   // StableDiffusion3Pipeline: latents at 1/vae_scale, CLIP's 77 tokens then T5's, the

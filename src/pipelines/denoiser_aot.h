@@ -19,6 +19,9 @@ struct DenoiserAotOptions {
   int64_t max_sequence_length = 0;  // 0: the pipeline's default (FLUX.1: 512, SD3: 256 T5 tokens)
   int64_t batch = 0;                // 0: the pipeline's default call (SD3: 2, for guidance)
   bool regional = false;            // compile_repeated_blocks instead of compile
+  // SPMD (decision 0060): the denoiser split by its TP plan over this many devices of the
+  // target from `device` (tessera compile --tp 4 on tpu:v6e:2x2): one program per chip's part.
+  int tp = 1;
   CompileOptions compile;
 };
 
@@ -28,6 +31,7 @@ struct DenoiserAotInfo {
   int64_t parameters = 0;     // elements
   int64_t parameter_bytes = 0;
   std::string inputs;         // "hidden_states bf16[1, 4096, 64], ..."
+  int64_t split_parameter_bytes = 0;  // of parameter_bytes, split over the devices (--tp)
 };
 
 // Builds the denoiser of the pipeline folder `folder` (model_index.json and the denoiser's

@@ -36,8 +36,18 @@ void DiffusionPipeline::begin_loading(PipelineFolder folder, const std::string& 
   dtype_ = opt.dtype;
   device_ = opt.device;
   tensor_parallel_ = opt.tensor_parallel;
-  TESSERA_CHECK(!tensor_parallel_ || device_ == Device::cpu(), "[", class_name,
-                "] tensor parallelism runs on CPU ranks; got device ", device_.str());
+  // One process per CPU rank (MPI), or one process driving an XLA device's mesh (SPMD).
+  TESSERA_CHECK(!tensor_parallel_ ||
+                    (tensor_parallel_->spmd() ? device_ == *tensor_parallel_->spmd_device
+                                              : device_ == Device::cpu()),
+                "[", class_name, "] tensor parallelism ",
+                tensor_parallel_ && tensor_parallel_->spmd()
+                    ? "over " + tensor_parallel_->spmd_device->str() + "'s devices"
+                    : std::string("with one process per rank runs on CPU ranks"),
+                "; got device ", device_.str());
+  TESSERA_CHECK(!tensor_parallel_ || !tensor_parallel_->spmd() || opt.offload == OffloadMode::none,
+                "[", class_name, "] SPMD tensor parallelism keeps every weight split over the "
+                "devices; offload (which uploads weights whole per stage) does not combine with it");
   loading_ = std::make_unique<Loading>();
   loading_->release = opt.offload != OffloadMode::none;
 }

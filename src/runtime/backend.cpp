@@ -7,6 +7,14 @@
 #include "runtime/fusion.h"
 
 namespace tessera {
+
+void Backend::prepare_sharding(const Device& d, int parts, const char* where) {
+  TESSERA_FAIL(where, " ", d.str(), " cannot hold a tensor split over ", parts,
+               " devices: SPMD programs (one process driving several devices) are an XLA "
+               "backend feature (xla:cpu, xla:cuda, tpu); on this device use one process per rank "
+               "(tessera launch)");
+}
+
 namespace {
 
 struct Registry {

@@ -71,6 +71,10 @@ class Backend {
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // The whole plan as one kernel, or null: the executor runs it step by step. live_out[v]: value
   // v outlives the plan (its storage is handed out after the run).
+  // SPMD (decision 0060): readies `parts` devices starting at `d` for storages split over them
+  // (runtime/sharding.h) and programs over them; throws naming `where` and why when this
+  // backend cannot (the default: it has no SPMD programs).
+  virtual void prepare_sharding(const Device& d, int parts, const char* where);
   virtual std::unique_ptr<GraphKernel> prepare_graph(const std::vector<GraphStep>& /*steps*/,
                                                      const std::vector<char>& /*live_out*/) {
     return nullptr;

@@ -95,6 +95,10 @@ const EnvSpec kTable[] = {
      "XLA devices donate a buffer whose contents are dead to the result that replaces it (0: "
      "every result gets a new buffer)",
      "decision 0050"},
+    {EnvVar::xla_cpu_devices, "TESSERA_XLA_CPU_DEVICES", K::integer, "1", 1, "",
+     "devices of the XLA CPU plugin behind xla:cpu (its cpu_device_count); SPMD programs "
+     "(--tp N on xla:cpu) raise it to N when the plugin has not started yet",
+     "decision 0060"},
     {EnvVar::xla_setup, "TESSERA_XLA", K::flag, "1", 0, "",
      "scripts/setup.sh: install the XLA CPU plugin (0: skip it; the XLA backend is not built)",
      "decision 0030", "scripts/setup_xla.sh"},

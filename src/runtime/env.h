@@ -45,6 +45,7 @@ enum class EnvVar {
   xla_fallback,
   xla_graphs,
   xla_donate,
+  xla_cpu_devices,
   xla_setup,
   libtpu_setup,
   xla_dir,

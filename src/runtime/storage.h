@@ -10,6 +10,8 @@
 
 namespace tessera {
 
+struct StorageSharding;
+
 class Storage {
  public:
   static std::shared_ptr<Storage> allocate(size_t nbytes, const Device& device);
@@ -34,6 +36,10 @@ class Storage {
   // The last op queued on the asynchronous stream that reads or writes this block (0: none);
   // host access waits for it (runtime/stream.h).
   std::atomic<uint64_t> stream_seq{0};
+
+  // SPMD (runtime/sharding.h, decision 0060): set when this device storage's bytes live split
+  // over several devices of its backend, before they are written; null: whole.
+  std::shared_ptr<const StorageSharding> sharding;
 
  private:
   void* data_ = nullptr;

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -21,6 +23,24 @@ namespace {
 // executable_build_options { num_replicas: 1, num_partitions: 1 } as a serialized
 // xla.CompileOptionsProto: empty options abort every plugin (Check failed: replica_count > 0).
 constexpr char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+// Protobuf wire format, enough for the compile options: varints and length-delimited fields.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += char((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += char(v);
+}
+void put_int(std::string& out, int field, int64_t v) {
+  put_varint(out, uint64_t(field) << 3);  // wire type 0
+  put_varint(out, uint64_t(v));
+}
+void put_bytes(std::string& out, int field, const std::string& v) {
+  put_varint(out, (uint64_t(field) << 3) | 2);
+  put_varint(out, v.size());
+  out += v;
+}
 
 template <typename Args>
 Args make_args(size_t size) {
@@ -186,6 +206,12 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
   check(api_->PJRT_TopologyDescription_GetDeviceDescriptions(&d),
         "PJRT_TopologyDescription_GetDeviceDescriptions");
   target_devices_ = d.num_descriptions;
+  for (size_t i = 0; i < d.num_descriptions; ++i) {
+    auto id = PJRT_ARGS(PJRT_DeviceDescription_Id_Args);
+    id.device_description = d.descriptions[i];
+    check(api_->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+    device_ids_.push_back(id.id);
+  }
   if (d.num_descriptions > 0) {
     auto k = PJRT_ARGS(PJRT_DeviceDescription_Kind_Args);
     k.device_description = d.descriptions[0];
@@ -195,7 +221,8 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
   make_identity();
 }
 
-PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform)
+PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platform,
+                       int cpu_devices)
     : plugin_path_(plugin_path), platform_(platform) {
   load_plugin();
 
@@ -220,7 +247,8 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
     nv.value_size = 1;
     opts.push_back(nv);
   };
-  if (platform == "cpu") named_int("cpu_device_count", 1);   // 4 by default on a 2-core machine
+  // 4 devices by default on a 2-core machine: one unless asked (SPMD programs need more).
+  if (platform == "cpu") named_int("cpu_device_count", cpu_devices);
   if (platform == "cuda") named_bool("preallocate", false);  // else ~75% of GPU memory is taken
   auto c = PJRT_ARGS(PJRT_Client_Create_Args);
   c.create_options = opts.data();
@@ -244,6 +272,15 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const std::string& platfo
   check(api_->PJRT_Client_AddressableDevices(&d), "PJRT_Client_AddressableDevices");
   devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
   target_devices_ = devices_.size();
+  for (PJRT_Device* dev : devices_) {
+    auto g = PJRT_ARGS(PJRT_Device_GetDescription_Args);
+    g.device = dev;
+    check(api_->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+    auto id = PJRT_ARGS(PJRT_DeviceDescription_Id_Args);
+    id.device_description = g.device_description;
+    check(api_->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+    device_ids_.push_back(id.id);
+  }
   if (!devices_.empty()) {
     auto g = PJRT_ARGS(PJRT_Device_GetDescription_Args);
     g.device = devices_[0];
@@ -311,7 +348,42 @@ std::string PjrtClient::compile_options() {
   return std::string(kCompileOptions, sizeof kCompileOptions);
 }
 
-std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text) {
+// xla.CompileOptionsProto { executable_build_options (3) { num_replicas (4): 1,
+// num_partitions (5): N, use_spmd_partitioning (6): true, device_assignment (9):
+// DeviceAssignmentProto { replica_count (1): 1, computation_count (2): N,
+// computation_devices (3): one per partition { replica_device_ids (1): [id] } } } }.
+std::string PjrtClient::compile_options(int partitions, const std::vector<int64_t>& device_ids) {
+  if (partitions <= 1) return compile_options();
+  std::string assignment;
+  put_int(assignment, 1, 1);
+  put_int(assignment, 2, partitions);
+  for (int p = 0; p < partitions; ++p) {
+    std::string computation;
+    put_int(computation, 1, device_ids.at(size_t(p)));
+    put_bytes(assignment, 3, computation);
+  }
+  std::string build;
+  put_int(build, 4, 1);
+  put_int(build, 5, partitions);
+  put_int(build, 6, 1);
+  put_bytes(build, 9, assignment);
+  std::string options;
+  put_bytes(options, 3, build);
+  return options;
+}
+
+std::vector<int64_t> PjrtClient::mesh_device_ids(int partitions) const {
+  TESSERA_CHECK(partitions >= 1 && size_t(partitions) <= device_ids_.size(), "[xla] a program over ",
+                partitions, " devices, but the ", platform_,
+                compile_only() ? " target " + topology_name_ : std::string(" plugin"), " has ",
+                device_ids_.size(), " device(s)",
+                platform_ == "cpu" ? " (TESSERA_XLA_CPU_DEVICES sets how many xla:cpu has)" : "");
+  return std::vector<int64_t>(device_ids_.begin(), device_ids_.begin() + partitions);
+}
+
+std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text, int partitions) {
+  const std::string options =
+      partitions > 1 ? compile_options(partitions, mesh_device_ids(partitions)) : compile_options();
   PJRT_Program prog{};
   prog.struct_size = PJRT_Program_STRUCT_SIZE;
   prog.code = const_cast<char*>(mlir_text.data());
@@ -322,16 +394,16 @@ std::shared_ptr<PjrtExecutable> PjrtClient::compile(const std::string& mlir_text
     auto a = PJRT_ARGS(PJRT_Compile_Args);
     a.topology = topology_;
     a.program = &prog;
-    a.compile_options = kCompileOptions;
-    a.compile_options_size = sizeof kCompileOptions;
+    a.compile_options = options.data();
+    a.compile_options_size = options.size();
     check(api_->PJRT_Compile(&a), "compiling a StableHLO module");
     return std::make_shared<PjrtExecutable>(api_, a.executable);
   }
   auto a = PJRT_ARGS(PJRT_Client_Compile_Args);
   a.client = client_;
   a.program = &prog;
-  a.compile_options = kCompileOptions;
-  a.compile_options_size = sizeof kCompileOptions;
+  a.compile_options = options.data();
+  a.compile_options_size = options.size();
   check(api_->PJRT_Client_Compile(&a), "compiling a StableHLO module");
   return std::make_shared<PjrtExecutable>(api_, a.executable);
 }
@@ -374,17 +446,35 @@ bool PjrtClient::memory(const PjrtExecutable& exe, CompiledMemory* out) {
 }
 
 PJRT_Buffer* PjrtClient::upload_bytes(const void* data, size_t nbytes, int device) {
+  return upload(data, nbytes, PJRT_Buffer_Type_U8, {int64_t(nbytes)}, device);
+}
+
+PJRT_Buffer* PjrtClient::upload_typed(const void* data, size_t nbytes, DType dtype,
+                                      const std::vector<int64_t>& dims, int device) {
+  PJRT_Buffer_Type type = PJRT_Buffer_Type_U8;
+  switch (dtype) {
+    case DType::f32: type = PJRT_Buffer_Type_F32; break;
+    case DType::bf16: type = PJRT_Buffer_Type_BF16; break;
+    case DType::f16: type = PJRT_Buffer_Type_F16; break;
+    default:
+      TESSERA_FAIL("[xla] a typed buffer of ", dtype_name(dtype),
+                   ": only f32, bf16 and f16 pieces are uploaded typed");
+  }
+  return upload(data, nbytes, type, dims, device);
+}
+
+PJRT_Buffer* PjrtClient::upload(const void* data, size_t nbytes, int type,
+                                const std::vector<int64_t>& dims, int device) {
   TESSERA_CHECK(client_, "[xla] the ", platform_, " target ", topology_name_,
                 " is compile-only: it holds no data");
   TESSERA_CHECK(device >= 0 && size_t(device) < devices_.size(), "[xla] device index ", device,
                 " out of range: the ", platform_, " plugin has ", devices_.size(), " device(s)");
-  const int64_t dims[1] = {int64_t(nbytes)};
   auto a = PJRT_ARGS(PJRT_Client_BufferFromHostBuffer_Args);
   a.client = client_;
   a.data = data;
-  a.type = PJRT_Buffer_Type_U8;
-  a.dims = dims;
-  a.num_dims = 1;
+  a.type = PJRT_Buffer_Type(type);
+  a.dims = dims.data();
+  a.num_dims = dims.size();
   a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
   a.device = devices_[size_t(device)];
   check(api_->PJRT_Client_BufferFromHostBuffer(&a), "PJRT_Client_BufferFromHostBuffer");
@@ -462,43 +552,77 @@ std::vector<PJRT_Buffer*> PjrtClient::execute(const PjrtExecutable& exe,
                                               const std::vector<PJRT_Buffer*>& args,
                                               const std::vector<size_t>& out_bytes,
                                               const std::vector<int>& donated, PJRT_Event** done) {
+  std::vector<PJRT_Event*> events;
+  auto outs = execute_spmd(exe, {args}, out_bytes, donated, &events);
+  *done = events[0];
+  return outs[0];
+}
+
+std::vector<std::vector<PJRT_Buffer*>> PjrtClient::execute_spmd(
+    const PjrtExecutable& exe, const std::vector<std::vector<PJRT_Buffer*>>& args,
+    const std::vector<size_t>& out_bytes, const std::vector<int>& donated,
+    std::vector<PJRT_Event*>* done) {
   TESSERA_CHECK(exe.get(), "[xla] the ", platform_, " target ", topology_name_,
                 " is compile-only: no device runs its executables");
+  const size_t n = args.size(), nargs = args.empty() ? 0 : args[0].size();
   PJRT_ExecuteOptions opts{};
   opts.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
   // Only the args we donate may be reused: a buffer still referenced is never given away.
   std::vector<int64_t> keep;
-  for (size_t i = 0; i < args.size(); ++i)
+  for (size_t i = 0; i < nargs; ++i)
     if (std::find(donated.begin(), donated.end(), int(i)) == donated.end())
       keep.push_back(int64_t(i));
   opts.non_donatable_input_indices = keep.data();
   opts.num_non_donatable_input_indices = keep.size();
-  std::vector<PJRT_Buffer*> outs(out_bytes.size(), nullptr);
-  PJRT_Buffer* const* arg_list = args.data();
-  PJRT_Buffer** out_list = outs.data();
-  PJRT_Event* event = nullptr;
+  std::vector<std::vector<PJRT_Buffer*>> outs(n, std::vector<PJRT_Buffer*>(out_bytes.size()));
+  std::vector<PJRT_Buffer* const*> arg_lists;
+  std::vector<PJRT_Buffer**> out_lists;
+  for (size_t d = 0; d < n; ++d) {
+    arg_lists.push_back(args[d].data());
+    out_lists.push_back(outs[d].data());
+  }
+  done->assign(n, nullptr);
   auto a = PJRT_ARGS(PJRT_LoadedExecutable_Execute_Args);
   a.executable = exe.get();
   a.options = &opts;
-  a.argument_lists = &arg_list;
-  a.num_devices = 1;
-  a.num_args = args.size();
-  a.output_lists = &out_list;
-  a.device_complete_events = &event;
+  a.argument_lists = arg_lists.data();
+  a.num_devices = n;
+  a.num_args = nargs;
+  a.output_lists = out_lists.data();
+  a.device_complete_events = done->data();
   check(api_->PJRT_LoadedExecutable_Execute(&a), "PJRT_LoadedExecutable_Execute");
-  *done = event;
   // A donated input the plugin took is deleted now: its bytes became a result's.
-  for (int i : donated) {
-    if (!is_deleted(args[size_t(i)])) continue;
-    std::lock_guard<std::mutex> lock(g_bytes_mu);
-    auto it = buffer_size_.find(args[size_t(i)]);
-    if (it == buffer_size_.end()) continue;
-    g_bytes.live -= it->second;
-    g_bytes.donated += it->second;
-    it->second = 0;
-  }
-  for (size_t q = 0; q < outs.size(); ++q) note_buffer(outs[q], int64_t(out_bytes[q]));
+  for (size_t d = 0; d < n; ++d)
+    for (int i : donated) {
+      PJRT_Buffer* b = args[d][size_t(i)];
+      if (!is_deleted(b)) continue;
+      std::lock_guard<std::mutex> lock(g_bytes_mu);
+      auto it = buffer_size_.find(b);
+      if (it == buffer_size_.end()) continue;
+      g_bytes.live -= it->second;
+      g_bytes.donated += it->second;
+      it->second = 0;
+    }
+  for (auto& o : outs)
+    for (size_t q = 0; q < o.size(); ++q) note_buffer(o[q], int64_t(out_bytes[q]));
   return outs;
+}
+
+PJRT_Buffer* PjrtClient::copy_to_device(PJRT_Buffer* buf, int device) {
+  TESSERA_CHECK(device >= 0 && size_t(device) < devices_.size(), "[xla] device index ", device,
+                " out of range: the ", platform_, " plugin has ", devices_.size(), " device(s)");
+  int64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_bytes_mu);
+    auto it = buffer_size_.find(buf);
+    if (it != buffer_size_.end()) bytes = it->second;
+  }
+  auto a = PJRT_ARGS(PJRT_Buffer_CopyToDevice_Args);
+  a.buffer = buf;
+  a.dst_device = devices_[size_t(device)];
+  check(api_->PJRT_Buffer_CopyToDevice(&a), "PJRT_Buffer_CopyToDevice");
+  note_buffer(a.dst_buffer, bytes);
+  return a.dst_buffer;
 }
 
 void PjrtClient::await(PJRT_Event* e, const char* what) {

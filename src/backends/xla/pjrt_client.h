@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/dtype.h"
+
 struct PJRT_Api;
 struct PJRT_Client;
 struct PJRT_Device;
@@ -51,7 +53,9 @@ class PjrtClient {
  public:
   // Loads `plugin_path` (dlopen, GetPjrtApi), initialises it and creates a client on
   // `platform` ("cpu", "cuda", "tpu"); throws "[xla] ..." with the plugin's message on failure.
-  PjrtClient(const std::string& plugin_path, const std::string& platform);
+  // `cpu_devices`: how many devices the CPU plugin exposes (its create option
+  // cpu_device_count); SPMD programs run over several.
+  PjrtClient(const std::string& plugin_path, const std::string& platform, int cpu_devices = 1);
   // Compile-only: no client and no device, executables compiled for the named topology of the
   // plugin's platform (libtpu: "v6e:2x2"); running one is an error. Throws "[xla] ..." naming the
   // topology when the plugin refuses it.
@@ -76,9 +80,17 @@ class PjrtClient {
   const std::string& identity() const { return identity_; }
   // The serialized xla.CompileOptionsProto every compile sends (never empty: decision 0030).
   static std::string compile_options();
+  // The same for one SPMD program over `partitions` devices (one replica, SPMD partitioning
+  // on, partition i on device_ids[i]); one partition gives compile_options().
+  static std::string compile_options(int partitions, const std::vector<int64_t>& device_ids);
+  // The ids of the first `partitions` devices of the target (the client's or the topology's);
+  // throws "[xla] ..." when it has fewer.
+  std::vector<int64_t> mesh_device_ids(int partitions) const;
 
-  // StableHLO module text -> executable for one replica on device 0 (never empty options).
-  std::shared_ptr<PjrtExecutable> compile(const std::string& mlir_text);
+  // StableHLO module text -> executable for one replica on device 0 (never empty options), or
+  // with `partitions` > 1 one SPMD program over devices 0..partitions-1 (the module carries
+  // mhlo.sharding annotations; XLA's partitioner inserts the collectives).
+  std::shared_ptr<PjrtExecutable> compile(const std::string& mlir_text, int partitions = 1);
   // The plugin's serialization of `exe` (PJRT_Executable_Serialize).
   std::string serialize(const PjrtExecutable& exe);
   // An executable from serialize()'s bytes (PJRT_Executable_DeserializeAndLoad); throws
@@ -88,6 +100,10 @@ class PjrtClient {
   bool memory(const PjrtExecutable& exe, CompiledMemory* out);
   // A u8[nbytes] buffer on device `device` holding a copy of `data` (copied before returning).
   PJRT_Buffer* upload_bytes(const void* data, size_t nbytes, int device);
+  // A buffer of `dtype` (f32, bf16, f16) and shape `dims` on `device`: an SPMD piece, typed so
+  // XLA's partitioner sees the weight's elements (decision 0060).
+  PJRT_Buffer* upload_typed(const void* data, size_t nbytes, DType dtype,
+                            const std::vector<int64_t>& dims, int device);
   // The whole buffer into `dst` (waits for the buffer's producer).
   void download(PJRT_Buffer* buf, void* dst, size_t nbytes);
   void destroy(PJRT_Buffer* buf);
@@ -99,6 +115,15 @@ class PjrtClient {
                                     const std::vector<PJRT_Buffer*>& args,
                                     const std::vector<size_t>& out_bytes,
                                     const std::vector<int>& donated, PJRT_Event** done);
+  // An SPMD executable over args.size() devices: args[d] are device d's buffers (its shard of
+  // a sharded parameter, its copy of a replicated one); returns each device's results and one
+  // completion event per device.
+  std::vector<std::vector<PJRT_Buffer*>> execute_spmd(
+      const PjrtExecutable& exe, const std::vector<std::vector<PJRT_Buffer*>>& args,
+      const std::vector<size_t>& out_bytes, const std::vector<int>& donated,
+      std::vector<PJRT_Event*>* done);
+  // A copy of `buf` on device `device` of this client.
+  PJRT_Buffer* copy_to_device(PJRT_Buffer* buf, int device);
   // Waits for `e`, destroys it and throws the error it carries, if any.
   void await(PJRT_Event* e, const char* what);
   bool is_deleted(PJRT_Buffer* buf);
@@ -118,6 +143,8 @@ class PjrtClient {
  private:
   void check(void* err, const char* call);
   void note_buffer(PJRT_Buffer* buf, int64_t bytes);  // a new buffer of this client
+  PJRT_Buffer* upload(const void* data, size_t nbytes, int type,  // a PJRT_Buffer_Type
+                      const std::vector<int64_t>& dims, int device);
   int64_t forget_buffer(PJRT_Buffer* buf);             // its bytes (0: unknown or donated)
   void load_plugin();
   void make_identity();
@@ -127,6 +154,7 @@ class PjrtClient {
   PJRT_Client* client_ = nullptr;
   PJRT_TopologyDescription* topology_ = nullptr;
   std::vector<PJRT_Device*> devices_;
+  std::vector<int64_t> device_ids_;  // the target's device ids (client devices or topology's)
   std::unordered_map<PJRT_Buffer*, int64_t> buffer_size_;  // live buffers; donated ones: 0
   size_t target_devices_ = 0;
 };

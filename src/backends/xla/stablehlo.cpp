@@ -54,18 +54,7 @@ Val Hlo::param(const Shape& shape, const std::string& et) {
 
 Val Hlo::op(const std::string& name, const std::vector<Val>& args, const std::string& attrs,
             const Shape& shape, const std::string& et) {
-  Val r{fresh(), shape, et};
-  std::string s = "    " + r.id + " = \"stablehlo." + name + "\"(";
-  std::string types;
-  for (size_t i = 0; i < args.size(); ++i) {
-    s += (i ? ", " : "") + args[i].id;
-    types += (i ? ", " : "") + tensor_type(args[i].shape, args[i].et);
-  }
-  s += ")";
-  if (!attrs.empty()) s += " {" + attrs + "}";
-  s += " : (" + types + ") -> " + tensor_type(shape, et) + "\n";
-  body_ += s;
-  return r;
+  return op_named("stablehlo." + name, args, attrs, shape, et);
 }
 
 Val Hlo::constant(double v, const std::string& et) {
@@ -253,19 +242,69 @@ Val Hlo::dynamic_update_slice(const Val& x, const Val& update, const std::vector
   return op("dynamic_update_slice", args, "", x.shape, x.et);
 }
 
+void Hlo::set_partitions(int n) {
+  partitions_ = n;
+}
+
+void Hlo::shard_param(const Val& p, const std::string& sharding) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].id == p.id) {
+      param_sharding_.resize(params_.size());
+      param_sharding_[i] = sharding;
+    }
+}
+
+Val Hlo::annotate_sharding(const Val& x, const std::string& sharding) {
+  return op_named("stablehlo.custom_call", {x},
+                  "call_target_name = \"Sharding\", mhlo.sharding = \"" + sharding + "\"",
+                  x.shape, x.et);
+}
+
+Val Hlo::op_named(const std::string& full_name, const std::vector<Val>& args,
+                  const std::string& attrs, const Shape& shape, const std::string& et) {
+  Val r{fresh(), shape, et};
+  std::string s = "    " + r.id + " = \"" + full_name + "\"(";
+  std::string types;
+  for (size_t i = 0; i < args.size(); ++i) {
+    s += (i ? ", " : "") + args[i].id;
+    types += (i ? ", " : "") + tensor_type(args[i].shape, args[i].et);
+  }
+  s += ")";
+  if (!attrs.empty()) s += " {" + attrs + "}";
+  s += " : (" + types + ") -> " + tensor_type(shape, et) + "\n";
+  body_ += s;
+  return r;
+}
+
 std::string Hlo::module(const std::vector<Val>& results,
                         const std::vector<std::pair<size_t, size_t>>& aliases) const {
-  std::string s = "module @tessera {\n  func.func public @main(";
+  // An SPMD program (partitions > 1) says so on the module, and every parameter and result
+  // carries its sharding: the ones set by shard_param, the rest replicated.
+  const bool spmd = partitions_ > 1;
+  std::string s = "module @tessera";
+  if (spmd)
+    s += " attributes {mhlo.num_partitions = " + std::to_string(partitions_) +
+         " : i32, mhlo.num_replicas = 1 : i32}";
+  s += " {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s += (i ? ", " : "") + params_[i].id + ": " + tensor_type(params_[i].shape, params_[i].et);
+    std::vector<std::string> attrs;
     for (const auto& [p, r] : aliases)
-      if (p == i) s += " {tf.aliasing_output = " + std::to_string(r) + " : i32}";
+      if (p == i) attrs.push_back("tf.aliasing_output = " + std::to_string(r) + " : i32");
+    if (spmd) {
+      const std::string sh = i < param_sharding_.size() && !param_sharding_[i].empty()
+                                 ? param_sharding_[i]
+                                 : "{replicated}";
+      attrs.push_back("mhlo.sharding = \"" + sh + "\"");
+    }
+    for (size_t a = 0; a < attrs.size(); ++a) s += (a ? ", " : " {") + attrs[a];
+    if (!attrs.empty()) s += "}";
   }
   s += ") -> (";
   std::string ret_ids, ret_types;
   for (size_t i = 0; i < results.size(); ++i) {
     const std::string t = tensor_type(results[i].shape, results[i].et);
-    s += (i ? ", " : "") + t;
+    s += (i ? ", " : "") + t + (spmd ? " {mhlo.sharding = \"{replicated}\"}" : "");
     ret_ids += (i ? ", " : "") + results[i].id;
     ret_types += (i ? ", " : "") + t;
   }

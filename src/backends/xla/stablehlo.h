@@ -63,9 +63,23 @@ class Hlo {
                      const std::vector<std::pair<size_t, size_t>>& aliases = {}) const;
   size_t num_params() const { return params_.size(); }
 
+  // SPMD (decision 0060): the module is one program over `n` partitions; parameters and
+  // results are replicated unless shard_param gives a parameter an HLO sharding
+  // ("{devices=[4]0,1,2,3}": split in 4 along dim 0, piece i on partition i).
+  void set_partitions(int n);
+  int partitions() const { return partitions_; }
+  void shard_param(const Val& p, const std::string& sharding);
+  // A sharding constraint on an intermediate value (the Sharding custom call XLA's
+  // partitioner reads), so propagation starts from the layout we chose.
+  Val annotate_sharding(const Val& x, const std::string& sharding);
+
  private:
+  Val op_named(const std::string& full_name, const std::vector<Val>& args,
+               const std::string& attrs, const Shape& shape, const std::string& et);
   std::string fresh() { return "%" + std::to_string(next_++); }
   std::vector<Val> params_;
+  std::vector<std::string> param_sharding_;
+  int partitions_ = 1;
   std::string body_;
   int next_ = 0;
 };

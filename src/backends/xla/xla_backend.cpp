@@ -21,6 +21,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/fusion.h"
+#include "runtime/sharding.h"
 
 namespace tessera {
 namespace {
@@ -53,15 +54,92 @@ bool compile_only() {
 
 // A storage's block on an XLA device: one u8[nbytes] PJRT buffer (null until first written).
 // Bytes keep a storage's dtype free, as on the CPU: programs bitcast them to each view's dtype.
+// SPMD (decision 0060): a storage split over devices (Storage::sharding) holds one buffer per
+// device instead (`shards`, piece i on device + i); a whole storage that an SPMD program read or
+// wrote keeps its copies on the mesh's other devices (`copies`) until its bytes change.
 struct Block {
   PJRT_Buffer* buf = nullptr;
   size_t nbytes = 0;
   int device = 0;
   PjrtClient* client = nullptr;  // the plugin that owns buf
+  std::vector<PJRT_Buffer*> shards;
+  std::map<int, PJRT_Buffer*> copies;
+  void drop_copies() {
+    for (auto& [d, b] : copies) client->destroy(b);
+    copies.clear();
+  }
+  // Replaces the bytes (the copies on other devices are stale).
+  void set(PJRT_Buffer* nb) {
+    drop_copies();
+    client->destroy(std::exchange(buf, nb));
+  }
 };
 
 Block& block_of(const Storage& s) {
   return *static_cast<Block*>(s.data());
+}
+
+// Piece i of a split storage's bytes (StorageSharding): for every index of the dims before the
+// split dim, its ranges along that dim, so the piece is the contiguous tensor read_shard gives.
+struct PieceLayout {
+  int64_t outer = 1, inner = 1;  // inner: bytes per index of the split dim
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges;  // per piece
+  int64_t full_dim = 0;
+};
+PieceLayout piece_layout(const StorageSharding& sh) {
+  PieceLayout l;
+  const size_t d = size_t(sh.spec.dim);
+  for (size_t i = 0; i < sh.shape.size(); ++i) {
+    if (i < d) l.outer *= sh.shape[i];
+    if (i > d) l.inner *= sh.shape[i];
+  }
+  l.inner *= int64_t(dtype_size(sh.dtype));
+  l.full_dim = sh.shape[d];
+  for (int64_t p = 0; p < sh.spec.parts; ++p) {
+    ShardSpec s = sh.spec;
+    s.index = p;
+    l.ranges.push_back(s.ranges(l.full_dim));
+  }
+  return l;
+}
+// Copies between the whole tensor's bytes and piece p's (to_piece: whole -> piece).
+void copy_piece(const PieceLayout& l, int64_t p, char* whole, char* piece, bool to_piece) {
+  char* out = piece;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (const auto& [b, e] : l.ranges[size_t(p)]) {
+      char* w = whole + (o * l.full_dim + b) * l.inner;
+      const size_t n = size_t((e - b) * l.inner);
+      if (to_piece)
+        std::memcpy(out, w, n);
+      else
+        std::memcpy(w, out, n);
+      out += n;
+    }
+}
+
+// A split storage's pieces are typed buffers of shape [1, local shape] (XLA's partitioner follows
+// elements through reshapes and transposes, not bytes through bitcasts).
+Shape piece_dims(const StorageSharding& sh) {
+  Shape d{1};
+  const Shape local = sh.spec.local_shape(sh.shape);
+  d.insert(d.end(), local.begin(), local.end());
+  return d;
+}
+
+// "{devices=[1,4,1]0,1,2,3}": split in `parts` along `dim` of a rank-`rank` value.
+std::string tile_sharding(size_t rank, size_t dim, int64_t parts) {
+  std::string s = "{devices=[";
+  for (size_t i = 0; i < rank; ++i) {
+    if (i) s += ',';
+    s += std::to_string(i == dim ? parts : 1);
+  }
+  s += ']';
+  for (int64_t i = 0; i < parts; ++i) {
+    if (i) s += ',';
+    s += std::to_string(i);
+  }
+  s += '}';
+  return s;
 }
 
 class XlaAllocator final : public Allocator {
@@ -99,6 +177,7 @@ struct Platform {
   std::string error;  // why it could not be loaded ("" when not tried or loaded)
   bool tried = false;
   std::vector<std::unique_ptr<XlaAllocator>> allocators;
+  int cpu_devices = 0;  // the CPU plugin's device count (0: TESSERA_XLA_CPU_DEVICES)
 };
 
 class XlaBackend final : public Backend {
@@ -152,9 +231,42 @@ class XlaBackend final : public Backend {
     return *p.allocators[size_t(d.index)];
   }
 
+  void prepare_sharding(const Device& d, int parts, const char* where) override {
+    const std::string name = type_ == DeviceType::tpu ? "tpu" : d.platform;
+    Platform* pl = nullptr;
+    for (auto& p : platforms_)
+      if (p.name == name) pl = &p;
+    TESSERA_CHECK(pl, where, " no platform ", name, " on backend ", this->name());
+    const int want = d.index + parts;
+    if (!pl->tried && name == "cpu")  // the plugin starts with as many devices as the mesh needs
+      pl->cpu_devices =
+          std::max<int>(want, int(env::integer(EnvVar::xla_cpu_devices).value_or(1)));
+    Platform& p = load(name, true);
+    const int have = int(p.client->compile_only() ? p.client->target_devices()
+                                                  : p.client->num_devices());
+    TESSERA_CHECK(want <= have, where, " a program over ", parts, " devices from ", d.str(),
+                  " needs ", want, " devices, but ", name == "cpu" ? "xla:cpu" : name, " has ",
+                  have,
+                  name == "cpu" ? " (its plugin started before; set TESSERA_XLA_CPU_DEVICES="
+                                  + std::to_string(want) + " to start it with more)"
+                                : std::string());
+  }
+
   void copy_to_host(const Storage& src, size_t offset, void* dst, size_t bytes) override {
     if (bytes == 0) return;
     const Block& b = block_of(src);
+    if (src.sharding) {  // gathered: every device's piece into the whole tensor's bytes
+      TESSERA_CHECK(!compile_only(), "[xla] ", src.device().str(),
+                    " is compiling ahead of time only: its tensors hold no data to read");
+      const PieceLayout l = piece_layout(*src.sharding);
+      std::vector<char> all(b.nbytes, 0), piece(b.nbytes / size_t(src.sharding->spec.parts));
+      for (size_t p = 0; p < b.shards.size(); ++p) {
+        b.client->download(b.shards[p], piece.data(), piece.size());
+        copy_piece(l, int64_t(p), all.data(), piece.data(), false);
+      }
+      std::memcpy(dst, all.data() + offset, bytes);
+      return;
+    }
     TESSERA_CHECK(offset + bytes <= b.nbytes, "[xla] read past the end of a storage");
     TESSERA_CHECK(!compile_only(), "[xla] ", src.device().str(),
                   " is compiling ahead of time only: its tensors hold no data to read");
@@ -178,6 +290,22 @@ class XlaBackend final : public Backend {
     TESSERA_CHECK(offset + bytes <= b.nbytes, "[xla] write past the end of a storage");
     PjrtClient& c = client(dst.device());
     if (compile_only()) return;  // programs need shapes only: nothing is uploaded
+    if (dst.sharding) {  // each device receives only its piece
+      TESSERA_CHECK(offset == 0 && bytes == b.nbytes, "[xla] a tensor split over devices is "
+                    "written whole (", bytes, " of its ", b.nbytes, " bytes given)");
+      const PieceLayout l = piece_layout(*dst.sharding);
+      const int64_t parts = dst.sharding->spec.parts;
+      const Shape dims = piece_dims(*dst.sharding);
+      std::vector<char> piece(b.nbytes / size_t(parts));
+      std::vector<PJRT_Buffer*> shards;
+      for (int64_t p = 0; p < parts; ++p) {
+        copy_piece(l, p, static_cast<char*>(const_cast<void*>(src)), piece.data(), true);
+        shards.push_back(c.upload_typed(piece.data(), piece.size(), dst.sharding->dtype, dims,
+                                        b.device + int(p)));
+      }
+      for (PJRT_Buffer* old : std::exchange(b.shards, shards)) c.destroy(old);
+      return;
+    }
     PJRT_Buffer* nb;
     if (offset == 0 && bytes == b.nbytes) {
       nb = c.upload_bytes(src, bytes, b.device);
@@ -187,7 +315,7 @@ class XlaBackend final : public Backend {
       std::memcpy(all.data() + offset, src, bytes);
       nb = c.upload_bytes(all.data(), all.size(), b.device);
     }
-    c.destroy(std::exchange(b.buf, nb));
+    b.set(nb);
   }
 
   void synchronize(const Device& d) override {
@@ -237,20 +365,20 @@ class XlaBackend final : public Backend {
   // Compiles `text` once per client: an op, a segment and a program with the same module (a
   // one-op segment) share one executable.
   std::shared_ptr<PjrtExecutable> compile(PjrtClient& c, const std::string& text,
-                                          int64_t ops = 1) {
-    auto& slot = modules_[&c][text];
+                                          int64_t ops = 1, int partitions = 1) {
+    auto& slot = modules_[&c][text + "#" + std::to_string(partitions)];
     if (slot) {
       std::lock_guard<std::mutex> lock(g_stats_mu);
       g_stats.module_hits++;
       return slot;
     }
-    slot = compile_or_load(c, text, ops);
+    slot = compile_or_load(c, text, ops, partitions);
     return slot;
   }
   // The cache folder's executable for `text` when one is there and loads, else the plugin's
   // compile (written to the folder). Compile-only: always compiled, and reported.
   std::shared_ptr<PjrtExecutable> compile_or_load(PjrtClient& c, const std::string& text,
-                                                  int64_t ops);
+                                                  int64_t ops, int partitions = 1);
   void track_event(PjrtClient& c, PJRT_Event* e) { track(c, e); }
 
  private:
@@ -284,8 +412,12 @@ class XlaBackend final : public Backend {
             std::lock_guard<std::mutex> lock(g_stats_mu);
             if (g_compile_only && name == "tpu") topology = g_tpu_topology;
           }
-          pl->client = topology.empty() ? std::make_unique<PjrtClient>(path, name)
-                                        : std::make_unique<PjrtClient>(path, name, topology);
+          const int cpu_devices =
+              pl->cpu_devices > 0 ? pl->cpu_devices
+                                  : int(env::integer(EnvVar::xla_cpu_devices).value_or(1));
+          pl->client = topology.empty()
+                           ? std::make_unique<PjrtClient>(path, name, cpu_devices)
+                           : std::make_unique<PjrtClient>(path, name, topology);
           for (size_t i = 0; i < pl->client->num_devices(); ++i)
             pl->allocators.push_back(std::make_unique<XlaAllocator>(pl->client.get(), int(i)));
         } catch (const std::exception& e) {
@@ -339,13 +471,17 @@ void XlaAllocator::deallocate(void* p, size_t bytes) {
   }
   Block* b = static_cast<Block*>(p);
   if (b->buf) b->client->destroy(b->buf);
+  for (PJRT_Buffer* s : b->shards) b->client->destroy(s);
+  b->drop_copies();
   delete b;
 }
 
 std::shared_ptr<PjrtExecutable> XlaBackend::compile_or_load(PjrtClient& c, const std::string& text,
-                                                            int64_t ops) {
+                                                            int64_t ops, int partitions) {
   const std::string dir = compile_cache_dir();
-  const std::string options = PjrtClient::compile_options();
+  const std::string options =
+      partitions > 1 ? PjrtClient::compile_options(partitions, c.mesh_device_ids(partitions))
+                     : PjrtClient::compile_options();
   const std::string path =
       dir.empty() ? "" : xla::executable_cache_path(dir, c.identity(), options, text);
   const bool aot = compile_only();
@@ -369,7 +505,7 @@ std::shared_ptr<PjrtExecutable> XlaBackend::compile_or_load(PjrtClient& c, const
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto exe = c.compile(text);
+  auto exe = c.compile(text, partitions);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard<std::mutex> lock(g_stats_mu);
@@ -387,6 +523,7 @@ std::shared_ptr<PjrtExecutable> XlaBackend::compile_or_load(PjrtClient& c, const
     r.platform = c.platform();
     r.target = (c.compile_only() ? c.topology_name() + " (" : std::string("(")) +
                std::to_string(c.target_devices()) + " x " + c.device_kind() + ")";
+    r.partitions = partitions;
     r.ops = ops;
     r.compile_seconds = secs;
     xla::CompiledMemory m;
@@ -509,7 +646,30 @@ class XlaGraph final : public GraphKernel {
   void run(const std::vector<std::shared_ptr<Storage>>& ext, const std::vector<int64_t>* ext_off,
            std::vector<std::shared_ptr<Storage>>& values) override {
     std::string key;
-    for (const auto& s : ext) key += std::to_string(s ? s->nbytes() : 0) + ',';
+    // SPMD (decision 0060): an input split over devices makes the program one over as many.
+    // Constants (compiled mode's captured weights) may be split too; they never change.
+    int parts = 1;
+    auto note_parts = [&parts](const Storage& s) {
+      const int n = int(s.sharding->spec.parts);
+      TESSERA_CHECK(parts == 1 || parts == n, "[xla] one program reads tensors split over ",
+                    parts, " and over ", n, " devices");
+      parts = n;
+    };
+    for (const GraphStep& st : steps_)
+      for (size_t j = 0; j < st.ins.size(); ++j)
+        if (st.in_value[j] < 0 && st.in_ext[j] < 0 && st.ins[j].impl()->storage &&
+            st.ins[j].impl()->storage->sharding)
+          note_parts(*st.ins[j].impl()->storage);
+    for (const auto& s : ext) {
+      key += std::to_string(s ? s->nbytes() : 0) + ',';
+      if (!s || !s->sharding) continue;
+      note_parts(*s);
+      // The program rebuilds the whole tensor from the pieces: its layout is part of the key.
+      const StorageSharding& sp = *s->sharding;
+      key += 's' + std::to_string(sp.spec.dim) + '/' + std::to_string(sp.spec.parts) +
+             dtype_name(sp.dtype) + shape_str(sp.shape);
+      for (int64_t b : sp.spec.packed) key += '+' + std::to_string(b);
+    }
     if (ext_off)
       for (int64_t o : *ext_off) key += std::to_string(o) + ';';
     // External inputs sharing a storage are one parameter. A storage referenced only by `ext`
@@ -527,13 +687,14 @@ class XlaGraph final : public GraphKernel {
         }
       if (sh.first[e] != int64_t(e) || !ext[e]) continue;
       const long uses = long(std::count(ext.begin(), ext.end(), ext[e]));
-      sh.dead[e] = donation_on() && ext[e].use_count() == uses;
+      // SPMD programs donate nothing (each device's copy would have to be given up).
+      sh.dead[e] = donation_on() && parts == 1 && ext[e].use_count() == uses;
     }
     for (size_t e = 0; e < ext.size(); ++e)
       key += std::to_string(sh.first[e]) + (sh.dead[e] ? "d" : "") + ' ';
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      auto c = build(&ext, ext_off, &key, &sh);
+      auto c = build(&ext, ext_off, &key, &sh, parts);
       TESSERA_CHECK(c, "[xla] a segment stopped lowering");
       it = cache_.emplace(key, std::move(*c)).first;
     } else {
@@ -548,6 +709,10 @@ class XlaGraph final : public GraphKernel {
       return;
     }
     PjrtClient& cl = be_.client_of(dev);
+    if (c.parts > 1) {
+      run_spmd(c, cl, ext, values);
+      return;
+    }
     std::vector<PJRT_Buffer*> args;
     for (const Param& p : c.params) {
       const Storage& s =
@@ -576,6 +741,109 @@ class XlaGraph final : public GraphKernel {
     int64_t ext = -1;               // an external input, or
     int64_t step = -1, input = -1;  // a constant of a step
   };
+  struct Compiled;
+
+  // One SPMD program over c.parts devices from c.device: device r gets its piece of each split
+  // input and its copy of every other one (copied there once, then kept with the storage);
+  // every result is replicated, so device 0's is the storage's buffer and the others' are kept
+  // as its copies for the next program.
+  void run_spmd(const Compiled& c, PjrtClient& cl, const std::vector<std::shared_ptr<Storage>>& ext,
+                std::vector<std::shared_ptr<Storage>>& values) {
+    const int first = c.device.index;
+    std::vector<std::vector<PJRT_Buffer*>> args(size_t(c.parts));
+    for (const Param& p : c.params) {
+      const Storage& s =
+          p.ext >= 0 ? *ext[size_t(p.ext)] : *steps_[size_t(p.step)].ins[size_t(p.input)].storage();
+      Block& b = block_of(s);
+      if (s.sharding) {
+        TESSERA_CHECK(b.shards.size() == size_t(c.parts), "[xla] a tensor split over ",
+                      c.parts, " devices holds no data (it was never written)");
+        for (int r = 0; r < c.parts; ++r) args[size_t(r)].push_back(b.shards[size_t(r)]);
+        continue;
+      }
+      if (!b.buf) {
+        std::vector<char> zeros(b.nbytes, 0);
+        b.buf = cl.upload_bytes(zeros.data(), zeros.size(), b.device);
+      }
+      for (int r = 0; r < c.parts; ++r) {
+        const int dev = first + r;
+        if (dev == b.device) {
+          args[size_t(r)].push_back(b.buf);
+          continue;
+        }
+        auto it = b.copies.find(dev);
+        if (it == b.copies.end()) it = b.copies.emplace(dev, cl.copy_to_device(b.buf, dev)).first;
+        args[size_t(r)].push_back(it->second);
+      }
+    }
+    std::vector<PJRT_Event*> done;
+    auto res = cl.execute_spmd(*c.exe, args, c.out_bytes, {}, &done);
+    for (PJRT_Event* e : done) be_.track_event(cl, e);
+    for (size_t q = 0; q < c.out_values.size(); ++q) {
+      auto st = Storage::allocate(c.out_bytes[q], c.device);
+      Block& b = block_of(*st);
+      b.buf = res[0][q];
+      for (int r = 1; r < c.parts; ++r) b.copies[first + r] = res[size_t(r)][q];
+      values[size_t(c.out_values[q])] = std::move(st);
+    }
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.graph_runs++;
+    g_stats.spmd_runs++;
+  }
+
+  // A split storage's parameter ([parts, local shape]: device r holds piece r of the ShardSpec)
+  // as the whole tensor: each packed block's pieces are moved back next to each other along the
+  // split dim. An unpacked split is also annotated with its tiling, the TP plan's layout, for
+  // XLA's partitioner.
+  static Val whole_from_pieces(Hlo& h, const Val& pieces, const StorageSharding& sh) {
+    const int64_t n = sh.spec.parts;
+    Val t = pieces;
+    const Shape nl = pieces.shape;
+    const size_t d = size_t(sh.spec.dim), rank = sh.shape.size();
+    const std::vector<int64_t> blocks =
+        sh.spec.packed.empty() ? std::vector<int64_t>{sh.shape[d]} : sh.spec.packed;
+    std::vector<Val> whole_blocks;
+    int64_t off = 0;
+    for (int64_t blk : blocks) {
+      const int64_t piece = blk / n;
+      std::vector<int64_t> start(rank + 1, 0), limit = nl;
+      start[d + 1] = off;
+      limit[d + 1] = off + piece;
+      Val v = blocks.size() == 1 ? t : h.slice(t, start, limit);
+      std::vector<int64_t> perm;  // [dims before d, the piece index, dims from d]
+      for (size_t i = 0; i < d; ++i) perm.push_back(int64_t(i + 1));
+      perm.push_back(0);
+      for (size_t i = d; i < rank; ++i) perm.push_back(int64_t(i + 1));
+      v = h.transpose(v, perm);
+      Shape ws = sh.shape;
+      ws[d] = blk;
+      whole_blocks.push_back(h.reshape(v, ws));
+      off += piece;
+    }
+    Val whole = whole_blocks.size() == 1 ? whole_blocks[0] : h.concat(whole_blocks, int64_t(d));
+    if (blocks.size() == 1) whole = h.annotate_sharding(whole, tile_sharding(rank, d, n));
+    return whole;
+  }
+  // `view` of a split storage's whole tensor `whole`.
+  static bool whole_view(Hlo& h, const Val& whole, const StorageSharding& split,
+                         const Tensor& view, Val& v) {
+    if (view.offset() == 0 && view.is_contiguous() && view.dtype() == split.dtype &&
+        view.numel() == shape_numel(split.shape)) {
+      v = h.reshape(whole, view.shape());
+      return true;
+    }
+    return XlaBackend::view_value(h, view, XlaBackend::to_bytes(h, whole, split.dtype), v);
+  }
+  // A split storage's parameter: [parts, local shape] of its dtype, split along dim 0 (device r
+  // passes its piece, a [1, local shape] buffer).
+  static Val split_param(Hlo& h, const StorageSharding& split) {
+    const Shape dims = piece_dims(split);
+    Shape global = dims;
+    global[0] = split.spec.parts;
+    const Val p = h.param(global, xla::element_type(split.dtype));
+    h.shard_param(p, tile_sharding(global.size(), 0, split.spec.parts));
+    return p;
+  }
   struct Compiled {
     std::shared_ptr<PjrtExecutable> exe;
     std::vector<Param> params;
@@ -583,6 +851,7 @@ class XlaGraph final : public GraphKernel {
     std::vector<size_t> out_bytes;
     std::vector<int> donated;  // params whose buffer a result reuses
     Device device;
+    int parts = 1;  // SPMD: devices from `device` the program is split over
   };
   // Per external input: the first input of its storage, and whether that storage is dead.
   struct Sharing {
@@ -593,10 +862,13 @@ class XlaGraph final : public GraphKernel {
   // The module for these external storages (null: only check that every step lowers).
   std::unique_ptr<Compiled> build(const std::vector<std::shared_ptr<Storage>>* ext,
                                   const std::vector<int64_t>* ext_off, const std::string* key,
-                                  const Sharing* sh = nullptr) {
+                                  const Sharing* sh = nullptr, int parts = 1) {
     auto c = std::make_unique<Compiled>();
+    c->parts = parts;
     Hlo h;
+    h.set_partitions(parts);
     std::map<int64_t, Val> ext_bytes;
+    std::map<int64_t, Val> ext_whole;  // split storages: the whole tensor
     std::map<int64_t, Val> vals;  // value -> its typed value
     std::map<int64_t, DType> vdt;
     for (size_t si = 0; si < steps_.size(); ++si) {
@@ -626,19 +898,35 @@ class XlaGraph final : public GraphKernel {
             if (ext_off) impl->offset += (*ext_off)[size_t(e)];
             view = Tensor(impl);
             const int64_t rep = sh ? sh->first[size_t(e)] : e;  // one parameter per storage
+            const StorageSharding* split = ext ? (*ext)[size_t(e)]->sharding.get() : nullptr;
             auto it = ext_bytes.find(rep);
             if (it == ext_bytes.end()) {
               const int64_t n = ext ? int64_t((*ext)[size_t(e)]->nbytes())
                                     : (view.offset() + 1) * int64_t(dtype_size(view.dtype())) +
                                           extent_bytes(view);
-              it = ext_bytes.emplace(rep, h.param({n}, "ui8")).first;
+              it = ext_bytes.emplace(rep, split ? split_param(h, *split) : h.param({n}, "ui8"))
+                       .first;
               c->params.push_back({rep, -1, -1});
+              if (split) ext_whole[rep] = whole_from_pieces(h, it->second, *split);
             }
             bytes = it->second;
+            if (split) {
+              if (!whole_view(h, ext_whole[rep], *split, view, v)) return nullptr;
+              in.push_back(v);
+              dts.push_back(view.dtype());
+              continue;
+            }
           } else {
             if (!view.impl()->storage) return nullptr;
-            bytes = h.param({int64_t(view.impl()->storage->nbytes())}, "ui8");
             c->params.push_back({-1, int64_t(si), int64_t(j)});
+            if (const StorageSharding* split = view.impl()->storage->sharding.get()) {
+              const Val whole = whole_from_pieces(h, split_param(h, *split), *split);
+              if (!whole_view(h, whole, *split, view, v)) return nullptr;
+              in.push_back(v);
+              dts.push_back(view.dtype());
+              continue;
+            }
+            bytes = h.param({int64_t(view.impl()->storage->nbytes())}, "ui8");
           }
           if (!XlaBackend::view_value(h, view, bytes, v)) return nullptr;
         }
@@ -681,7 +969,7 @@ class XlaGraph final : public GraphKernel {
     const std::string text = h.module(rets, aliases);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      c->exe = be_.compile(be_.client_of(c->device), text, int64_t(steps_.size()));
+      c->exe = be_.compile(be_.client_of(c->device), text, int64_t(steps_.size()), parts);
     } catch (const std::exception& ex) {
       std::lock_guard<std::mutex> lock(g_stats_mu);
       g_last_module = text;
@@ -722,6 +1010,14 @@ std::unique_ptr<GraphKernel> XlaBackend::prepare_graph(const std::vector<GraphSt
 void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
   const Device& d = outs.empty() ? ins.at(0).device() : outs[0].device();
   PjrtClient& c = client(d);
+  for (const std::vector<Tensor>* ts : {&ins, const_cast<const std::vector<Tensor>*>(&outs)})
+    for (const Tensor& t : *ts)
+      TESSERA_CHECK(!t.defined() || !t.storage()->sharding, "[xla] ", p.name(), " on ", d.str(),
+                    " reads a tensor split over ", t.defined() && t.storage()->sharding
+                        ? t.storage()->sharding->spec.parts : 0,
+                    " devices (SPMD tensor parallelism): SPMD runs whole programs only, in "
+                    "compiled mode (--mode compile, compile() or compile_repeated_blocks()); "
+                    "strict eager does not run it");
   if (compile_only()) {  // only programs are compiled ahead of time; an eager op has no data
     std::lock_guard<std::mutex> lock(g_stats_mu);
     g_stats.aot_skipped_ops++;
@@ -859,10 +1155,7 @@ void XlaBackend::run(Primitive& p, const std::vector<Tensor>& ins, std::vector<T
   PJRT_Event* done = nullptr;
   std::vector<PJRT_Buffer*> res = c.execute(*e.exe, args, e.out_bytes, e.donated, &done);
   track(c, done);
-  for (size_t q = 0; q < outs.size(); ++q) {
-    Block& b = block_of(*outs[q].storage());
-    c.destroy(std::exchange(b.buf, res[q]));
-  }
+  for (size_t q = 0; q < outs.size(); ++q) block_of(*outs[q].storage()).set(res[q]);
   std::lock_guard<std::mutex> lock(g_stats_mu);
   g_stats.executions++;
 }

@@ -25,6 +25,7 @@ struct XlaStats {
   int64_t graph_hits = 0;      // runs that found theirs
   int64_t graph_runs = 0;
   int64_t module_hits = 0;  // modules found compiled already (same text)
+  int64_t spmd_runs = 0;    // programs run split over several devices (decision 0060)
   // The executable cache on disk (TESSERA_CACHE_DIR, decision 0045): of the executables the
   // counters above needed, plugin_compiles were compiled by the plugin and disk_hits loaded.
   int64_t plugin_compiles = 0;
@@ -58,6 +59,7 @@ bool xla_compile_only();
 // One program compiled while compile-only was on.
 struct XlaAotProgram {
   std::string platform, target;  // "tpu", "v6e:2x2 (4 x TPU v6 lite)"
+  int partitions = 1;            // SPMD: devices the program is split over (memory is per device)
   int64_t ops = 0;               // primitives lowered into it
   double compile_seconds = 0;
   bool has_memory = false;  // the plugin reported the executable's memory statistics
