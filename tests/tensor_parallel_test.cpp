@@ -681,14 +681,15 @@ std::map<std::string, int64_t> split_components(const std::string& model, const 
 void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::string& model,
                                const std::string& mode, int ranks,
                                const std::function<std::string(const std::string&)>& args,
-                               std::string folder = "") {
+                               std::string folder = "", const std::string& launch_flags = "") {
   if (folder.empty()) folder = fixture_path(model);
   const std::string one = (dir / (model + mode + "-1.png")).string();
   const std::string many = (dir / (model + mode + "-n.png")).string();
   const std::string r1 = (dir / "r1.json").string(), rn = (dir / "rn.json").string();
   const ShellRun a = shell(kCli + args("--mode " + mode + " --output " + one + " --report " + r1));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const ShellRun b = shell(kCli + " launch --nproc-per-node " + std::to_string(ranks) + " --" +
+  const ShellRun b = shell(kCli + " launch --nproc-per-node " + std::to_string(ranks) +
+                           launch_flags + " --" +
                            args("--mode " + mode + " --tp " + std::to_string(ranks) +
                                 " --output " + many + " --report " + rn));
   ASSERT_EQ(b.exit_code, 0) << b.output;
@@ -754,6 +755,16 @@ TEST_F(TensorParallelLaunch, TwoRanksWriteTheSamePictureAsOneAndReadHalfTheSplit
       expect_launch_matches_tp1(dir_, model, mode, 2,
                                 [&](const std::string& extra) { return generate_args(model, extra); });
   }
+}
+
+// The several-hosts form, on this one host: MPI's host file names it, with two slots.
+TEST_F(TensorParallelLaunch, HostFileWithThisHostWritesTheSamePictureAsOne) {
+  const std::string hosts = (dir_ / "hosts").string();
+  std::ofstream(hosts) << "localhost slots=2\n";
+  expect_launch_matches_tp1(
+      dir_, "flux1-schnell-tiny", "eager", 2,
+      [&](const std::string& extra) { return generate_args("flux1-schnell-tiny", extra); }, "",
+      " --hosts " + hosts);
 }
 
 // flux2-dev-tiny with its text encoder given 4 key/value heads (seeded random bf16 weights, the

@@ -16,9 +16,9 @@ if(PJRT_C_API_INCLUDE_DIR)
   add_test(NAME xla_spmd
            COMMAND tessera_tests --gtest_filter=XlaSpmd.*:-XlaSpmd.*MatchesOneDevice:XlaSpmd.Generate*)
   set_tests_properties(xla_spmd PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4 TIMEOUT 300)
-  foreach(_t FluxSchnellFixtureOnTwo FluxDevFixtureOnTwo FluxWithFourHeadsOnTwo
-          FluxWithFourHeadsOnFour GenerateWithTpOnXlaCpuWritesThePictureOfOne)
-    add_test(NAME xla_spmd_${_t} COMMAND tessera_tests --gtest_filter=XlaSpmd.${_t}Devices*)
+  foreach(_t FluxSchnellFixtureOnTwoDevices FluxDevFixtureOnTwoDevices FluxWithFourHeadsOnTwoDevices
+          FluxWithFourHeadsOnFourDevices GenerateWithTpOnXlaCpuWritesThePictureOfOneDevice)
+    add_test(NAME xla_spmd_${_t} COMMAND tessera_tests --gtest_filter=XlaSpmd.${_t}*)
     set_tests_properties(xla_spmd_${_t} PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4
                          TIMEOUT 300)
   endforeach()

@@ -120,8 +120,12 @@ void Embedding::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
                 embedding_dim, " is not divisible by the tensor-parallel degree ", n);
   ShardSpec spec;
   spec.dim = 1;
-  spec.index = tp.mesh.local_rank(*tp.group);
   spec.parts = n;
+  if (tp.spmd()) {  // the whole table, stored split over the devices (as Linear above)
+    split_parameter("weight", spec);
+    return;
+  }
+  spec.index = tp.mesh.local_rank(*tp.group);
   shard_parameter("weight", spec);
 }
 

@@ -104,8 +104,10 @@ class DiffusionPipeline {
   // offload, so loading holds one model at a time). Call in execution order.
   template <PretrainedModel M>
   std::unique_ptr<M> load_model(const std::string& name) {
-    auto m = load_pretrained<M>(component(name).path, dtype_,
-                                tensor_parallel_ ? &*tensor_parallel_ : nullptr);
+    // SPMD splits only the transformer: it alone runs as a compiled program, and the text
+    // encoders run op by op, which reads whole tensors (decision 0060).
+    const bool split = tensor_parallel_ && (!tensor_parallel_->spmd() || name == "transformer");
+    auto m = load_pretrained<M>(component(name).path, dtype_, split ? &*tensor_parallel_ : nullptr);
     adopt(*m, name);
     return m;
   }
