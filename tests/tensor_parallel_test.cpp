@@ -40,6 +40,7 @@
 #include "ops/shape_ops.h"
 #include "runtime/modes.h"
 #include "runtime/random.h"
+#include "flux_inputs.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -357,24 +358,6 @@ TEST(TensorParallelMpi, CollectivesSumGatherBroadcastInEveryMode) {
   tp.group->barrier();
 }
 
-// FLUX.1 forward() arguments at a 32x32 image (16 latent tokens), 8 text tokens: torch.randn
-// draws from one seed, the same on every rank.
-FluxTransformerInputs flux_inputs(const FluxTransformerConfig& c) {
-  Generator gen(7);
-  FluxTransformerInputs in;
-  const int64_t img = 16, txt = 8;
-  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, gen);
-  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, gen);
-  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, gen);
-  in.timestep = Tensor::from_floats({0.75f}, {1});
-  if (c.guidance_embeds) in.guidance = Tensor::from_floats({3.5f}, {1});
-  std::vector<float> img_ids, txt_ids(size_t(txt * 3), 0.0f);
-  for (int64_t i = 0; i < img; ++i) img_ids.insert(img_ids.end(), {0.0f, float(i / 4), float(i % 4)});
-  in.img_ids = Tensor::from_floats(img_ids, {img, 3});
-  in.txt_ids = Tensor::from_floats(txt_ids, {txt, 3});
-  return in;
-}
-
 // The split model against the whole one, in strict eager, deferred, compiled and regional modes;
 // `forward` runs a model on the test's inputs.
 template <typename Model>
@@ -427,7 +410,7 @@ TEST(TensorParallelMpi, FluxFixturesMatchTheWholeModelInEveryMode) {
       continue;
     }
     auto split = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
-    expect_tp_matches_whole(*whole, *split, flux_inputs(whole->config), folder);
+    expect_tp_matches_whole(*whole, *split, test::seeded_flux_inputs(whole->config), folder);
   }
 }
 
@@ -436,16 +419,7 @@ TEST(TensorParallelMpi, FluxFixturesMatchTheWholeModelInEveryMode) {
 TEST(TensorParallelMpi, FluxWithFourHeadsMatchesTheWholeModelInEveryMode) {
   REQUIRE_MPIRUN();
   const TensorParallelConfig tp = world_config();
-  FluxTransformerConfig c;
-  c.in_channels = c.out_channels = 16;
-  c.num_layers = 2;
-  c.num_single_layers = 2;
-  c.attention_head_dim = 8;
-  c.num_attention_heads = 4;
-  c.joint_attention_dim = 24;
-  c.pooled_projection_dim = 12;
-  c.guidance_embeds = true;
-  c.axes_dims_rope = {2, 2, 4};
+  const FluxTransformerConfig c = test::four_head_flux_config();
   FluxTransformer2DModel whole(c), split(c);
   Generator gen(11);
   std::map<std::string, Tensor> weights;
@@ -456,7 +430,7 @@ TEST(TensorParallelMpi, FluxWithFourHeadsMatchesTheWholeModelInEveryMode) {
   whole.load_weights(source, opt);
   parallelize_module(split, split.tp_plan(), tp, "[FluxTransformer2DModel]");
   split.load_weights(source, opt);
-  expect_tp_matches_whole(whole, split, flux_inputs(whole.config), "4 heads");
+  expect_tp_matches_whole(whole, split, test::seeded_flux_inputs(whole.config), "4 heads");
 }
 
 // FLUX.2's fixture (4 heads, SwiGLU MLPs, fused single-block projections) on 2 and 4 ranks.

@@ -28,6 +28,7 @@
 #include "runtime/modes.h"
 #include "runtime/random.h"
 #include "runtime/sharding.h"
+#include "flux_inputs.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -106,24 +107,6 @@ TEST_F(XlaSpmd, TooManyDevicesOrACpuDeviceAreClearErrors) {
   EXPECT_NE(msg.find("only on XLA devices"), std::string::npos) << msg;
 }
 
-// FLUX.1 forward() arguments at 16 latent tokens and 8 text tokens (one seed).
-FluxTransformerInputs flux_inputs(const FluxTransformerConfig& c) {
-  Generator gen(7);
-  FluxTransformerInputs in;
-  const int64_t img = 16, txt = 8;
-  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, gen);
-  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, gen);
-  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, gen);
-  in.timestep = Tensor::from_floats({0.75f}, {1});
-  if (c.guidance_embeds) in.guidance = Tensor::from_floats({3.5f}, {1});
-  std::vector<float> img_ids, txt_ids(size_t(txt * 3), 0.0f);
-  for (int64_t i = 0; i < img; ++i)
-    img_ids.insert(img_ids.end(), {0.0f, float(i / 4), float(i % 4)});
-  in.img_ids = Tensor::from_floats(img_ids, {img, 3});
-  in.txt_ids = Tensor::from_floats(txt_ids, {txt, 3});
-  return in;
-}
-
 FluxTransformerInputs on_xla(const FluxTransformerInputs& in) {
   auto up = [](const Tensor& t) { return t.defined() ? t.to(kXla) : t; };
   return {up(in.hidden_states), up(in.encoder_hidden_states), up(in.pooled_projections),
@@ -175,7 +158,7 @@ void fixture_on_two_devices(const std::string& folder) {
     auto whole = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32);
     const TensorParallelConfig tp = TensorParallelConfig::over_devices(kXla, 2, "[test]");
     auto split = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
-    expect_split_matches_whole(*whole, *split, flux_inputs(whole->config), folder);
+    expect_split_matches_whole(*whole, *split, test::seeded_flux_inputs(whole->config), folder);
     const TensorParallelConfig tp4 = TensorParallelConfig::over_devices(kXla, 4, "[test]");
     const std::string msg = error_message(
         [&] { FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp4); });
@@ -193,16 +176,7 @@ TEST_F(XlaSpmd, FluxDevFixtureOnTwoDevicesMatchesOneDevice) {
 
 // A FLUX.1 transformer with 4 heads (random weights) over `n` devices.
 void four_heads_on(int n) {
-  FluxTransformerConfig c;
-  c.in_channels = c.out_channels = 16;
-  c.num_layers = 2;
-  c.num_single_layers = 2;
-  c.attention_head_dim = 8;
-  c.num_attention_heads = 4;
-  c.joint_attention_dim = 24;
-  c.pooled_projection_dim = 12;
-  c.guidance_embeds = true;
-  c.axes_dims_rope = {2, 2, 4};
+  const FluxTransformerConfig c = test::four_head_flux_config();
   FluxTransformer2DModel whole(c);
   Generator gen(11);
   std::map<std::string, Tensor> weights;
@@ -215,7 +189,8 @@ void four_heads_on(int n) {
     FluxTransformer2DModel split(c);
     parallelize_module(split, split.tp_plan(), tp, "[FluxTransformer2DModel]");
     split.load_weights(source, LoadOptions{});
-    expect_split_matches_whole(whole, split, flux_inputs(c), "4 heads over " + std::to_string(n));
+    expect_split_matches_whole(whole, split, test::seeded_flux_inputs(c),
+                               "4 heads over " + std::to_string(n));
   }
 }
 TEST_F(XlaSpmd, FluxWithFourHeadsOnTwoDevicesMatchesOneDevice) { four_heads_on(2); }
@@ -229,7 +204,7 @@ TEST_F(XlaSpmd, StrictEagerIsAClearError) {
   auto split = FluxTransformer2DModel::from_pretrained(fixture_path(folder), DType::f32, &tp);
   split->to(kXla);
   ModeScope scope(EagerMode::DeferNever);
-  const FluxTransformerInputs in = on_xla(flux_inputs(split->config));
+  const FluxTransformerInputs in = on_xla(test::seeded_flux_inputs(split->config));
   const std::string msg = error_message([&] { (void)split->forward(in).to_floats(); });
   EXPECT_NE(msg.find("SPMD runs whole programs only"), std::string::npos) << msg;
 }

@@ -1,0 +1,43 @@
+// Seeded FLUX.1 transformer inputs and a 4-head config for the tests that compare a split model with the whole one.
+#pragma once
+#include <vector>
+
+#include "models/flux_transformer.h"
+#include "runtime/random.h"
+
+namespace tessera::test {
+
+// forward() arguments at a 32x32 image (16 latent tokens) and 8 text tokens: torch.randn draws
+// from one seed, so every rank (and every device count) gets the same.
+inline FluxTransformerInputs seeded_flux_inputs(const FluxTransformerConfig& c) {
+  Generator gen(7);
+  FluxTransformerInputs in;
+  const int64_t img = 16, txt = 8;
+  in.hidden_states = randn({1, img, c.in_channels}, DType::f32, gen);
+  in.encoder_hidden_states = randn({1, txt, c.joint_attention_dim}, DType::f32, gen);
+  in.pooled_projections = randn({1, c.pooled_projection_dim}, DType::f32, gen);
+  in.timestep = Tensor::from_floats({0.75f}, {1});
+  if (c.guidance_embeds) in.guidance = Tensor::from_floats({3.5f}, {1});
+  std::vector<float> img_ids, txt_ids(size_t(txt * 3), 0.0f);
+  for (int64_t i = 0; i < img; ++i) img_ids.insert(img_ids.end(), {0.0f, float(i / 4), float(i % 4)});
+  in.img_ids = Tensor::from_floats(img_ids, {img, 3});
+  in.txt_ids = Tensor::from_floats(txt_ids, {txt, 3});
+  return in;
+}
+
+// A FLUX.1 transformer of 4 heads (the fixtures have 2), 2 + 2 blocks: splits 2 and 4 ways.
+inline FluxTransformerConfig four_head_flux_config() {
+  FluxTransformerConfig c;
+  c.in_channels = c.out_channels = 16;
+  c.num_layers = 2;
+  c.num_single_layers = 2;
+  c.attention_head_dim = 8;
+  c.num_attention_heads = 4;
+  c.joint_attention_dim = 24;
+  c.pooled_projection_dim = 12;
+  c.guidance_embeds = true;
+  c.axes_dims_rope = {2, 2, 4};
+  return c;
+}
+
+}  // namespace tessera::test
