@@ -77,7 +77,8 @@ TEST_P(Flux2PipelineGolden, MatchesDiffusers) {
   const Case& c = GetParam();
   const Golden g = load_golden(c);
   const DType dtype = dtype_from_name(c.dtype);
-  auto pipe = Flux2Pipeline::from_pretrained(test::fixture_path(kModel), {.dtype = dtype});
+  auto pipe = Flux2Pipeline::from_pretrained(
+      test::fixture_path(kModel), {.dtype = dtype, .device = test::pipeline_device()});
   Flux2CallOptions call = call_of(g.manifest);
 
   const auto e = pipe->encode_prompt(call.prompt, 1, call.max_sequence_length);

@@ -43,10 +43,8 @@ TEST_P(FluxPipelineGolden, MatchesDiffusers) {
   const auto golden = test::load_fixture(dir + "tensors.safetensors");
   const DType dtype = dtype_from_name(c.dtype);
 
-  // TESSERA_PIPELINE_DEVICE (tests/xla.cmake: xla:cpu) runs the same goldens on another device.
-  const char* dev = std::getenv("TESSERA_PIPELINE_DEVICE");
-  auto pipe = FluxPipeline::from_pretrained(
-      test::fixture_path(c.model), {.dtype = dtype, .device = Device::parse(dev ? dev : "cpu")});
+  auto pipe = FluxPipeline::from_pretrained(test::fixture_path(c.model),
+                                            {.dtype = dtype, .device = test::pipeline_device()});
   FluxCallOptions call = test::call_from_manifest<FluxCallOptions>(m);
   if (m["prompt_2"].is_string()) call.prompt_2 = std::vector<std::string>{m["prompt_2"]};
   std::vector<Tensor> step_latents;

@@ -82,7 +82,8 @@ TEST_P(SD3PipelineGolden, MatchesDiffusers) {
   const bool cfg = m["do_classifier_free_guidance"].get<bool>();
   const double guidance = m["guidance_scale"].get<double>();
 
-  auto pipe = StableDiffusion3Pipeline::from_pretrained(test::fixture_path(kSd3), {.dtype = dtype});
+  auto pipe = StableDiffusion3Pipeline::from_pretrained(
+      test::fixture_path(kSd3), {.dtype = dtype, .device = test::pipeline_device()});
   SD3CallOptions call = call_from(m);
   std::vector<Tensor> step_latents;
   call.on_step_end = [&](int, int, const Tensor& l) { step_latents.push_back(l); };

@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -10,6 +11,13 @@
 #include "runtime/tensor.h"
 
 namespace tessera::test {
+
+// Where the pipeline goldens run: TESSERA_PIPELINE_DEVICE (tests/xla.cmake sets xla:cpu), else
+// the CPU.
+inline Device pipeline_device() {
+  const char* d = std::getenv("TESSERA_PIPELINE_DEVICE");
+  return Device::parse(d ? d : "cpu");
+}
 
 // Absolute path of a file under tests/fixtures/.
 std::string fixture_path(const std::string& relative);

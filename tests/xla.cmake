@@ -14,10 +14,11 @@ if(PJRT_C_API_INCLUDE_DIR)
   # plugin's device count is fixed when it starts, so these run in a process of their own.
   # One entry per model test so each stays short, and one for the rest (basics, the pipeline).
   add_test(NAME xla_spmd
-           COMMAND tessera_tests --gtest_filter=XlaSpmd.*:-XlaSpmd.*MatchesOneDevice:XlaSpmd.Generate*)
+           COMMAND tessera_tests --gtest_filter=XlaSpmd.*:-XlaSpmd.*MatchesOneDevice:XlaSpmd.*Generate*)
   set_tests_properties(xla_spmd PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4 TIMEOUT 300)
   foreach(_t FluxSchnellFixtureOnTwoDevices FluxDevFixtureOnTwoDevices FluxWithFourHeadsOnTwoDevices
-          FluxWithFourHeadsOnFourDevices GenerateWithTpOnXlaCpuWritesThePictureOfOneDevice)
+          FluxWithFourHeadsOnFourDevices GenerateWithTpOnXlaCpuWritesThePictureOfOneDevice
+          Sd3AndFlux2GenerateWithTpOnXlaCpuWriteThePictureOfOneDevice)
     add_test(NAME xla_spmd_${_t} COMMAND tessera_tests --gtest_filter=XlaSpmd.${_t}*)
     set_tests_properties(xla_spmd_${_t} PROPERTIES ENVIRONMENT TESSERA_XLA_CPU_DEVICES=4
                          TIMEOUT 300)
@@ -48,6 +49,16 @@ if(PJRT_C_API_INCLUDE_DIR)
     set_tests_properties(xla_flux_pipeline_${_mode} PROPERTIES
                          ENVIRONMENT "TESSERA_PIPELINE_DEVICE=xla:cpu;${_env}" TIMEOUT 900)
   endforeach()
+  # SD3.5 and FLUX.2 pipeline goldens on xla:cpu, strict eager and compiled (f32 and bf16 of each
+  # fixture case; the text encoders run op by op in both).
+  add_test(NAME xla_sd3_flux2_pipeline
+           COMMAND tessera_tests --gtest_filter=*SD3PipelineGolden*:*Flux2PipelineGolden*)
+  set_tests_properties(xla_sd3_flux2_pipeline PROPERTIES ENVIRONMENT TESSERA_PIPELINE_DEVICE=xla:cpu
+                       TIMEOUT 900)
+  add_test(NAME xla_sd3_flux2_pipeline_compile
+           COMMAND tessera_tests --gtest_filter=*SD3PipelineGolden*:*Flux2PipelineGolden*)
+  set_tests_properties(xla_sd3_flux2_pipeline_compile PROPERTIES
+                       ENVIRONMENT "TESSERA_PIPELINE_DEVICE=xla:cpu;TESSERA_COMPILE=full" TIMEOUT 900)
   # Model and sequential offload onto xla:cpu from the CLI (weights uploaded per stage or per
   # block): the image equals the one without offload (the *_same entries compare the files).
   add_test(NAME xla_cli_generate_eager

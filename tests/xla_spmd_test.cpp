@@ -255,6 +255,22 @@ std::pair<int, std::string> shell(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+// Two PNGs of one picture: up to one level on at most 0.1% of the values (the split model's
+// partial sums add in another order).
+void expect_same_picture(const std::string& one, const std::string& two, const std::string& what) {
+  const PngImage pa = read_png(one), pb = read_png(two);
+  ASSERT_EQ(pa.rgb.size(), pb.rgb.size()) << what;
+  size_t differ = 0;
+  int worst = 0;
+  for (size_t i = 0; i < pa.rgb.size(); ++i) {
+    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
+    differ += d != 0;
+    worst = std::max(worst, d);
+  }
+  EXPECT_LE(worst, 1) << what;
+  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << what;
+}
+
 // tessera generate --device xla:cpu --tp 2 (one process, no launch) against --tp 1: the same
 // picture up to one level on at most 0.1% of the values (partial sums add in another order);
 // --tp 4 on the 2-head fixture and --tp 2 in strict eager are clear errors.
@@ -273,17 +289,7 @@ TEST_F(XlaSpmd, GenerateWithTpOnXlaCpuWritesThePictureOfOneDevice) {
   ASSERT_EQ(a.first, 0) << a.second;
   auto b = shell(cli + "--mode compile --tp 2 -o " + two + " --report " + report);
   ASSERT_EQ(b.first, 0) << b.second;
-  const PngImage pa = read_png(one), pb = read_png(two);
-  ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
-  size_t differ = 0;
-  int worst = 0;
-  for (size_t i = 0; i < pa.rgb.size(); ++i) {
-    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
-    differ += d != 0;
-    worst = std::max(worst, d);
-  }
-  EXPECT_LE(worst, 1);
-  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size()));
+  expect_same_picture(one, two, "flux1-schnell-tiny --tp 2");
   std::ifstream rin(report);
   const auto j = nlohmann::json::parse(rin);
   EXPECT_EQ(j["tensor_parallel"]["degree"], 2);
@@ -297,6 +303,32 @@ TEST_F(XlaSpmd, GenerateWithTpOnXlaCpuWritesThePictureOfOneDevice) {
   EXPECT_NE(d.first, 0);
   EXPECT_NE(d.second.find("--mode compile, --compile-regional or --mode defer"), std::string::npos)
       << d.second;
+  std::filesystem::remove_all(dir);
+}
+
+// The same for SD3.5 (2 heads: --tp 2) and FLUX.2 (4 heads: --tp 2 and 4), whose transformers
+// split over the devices while their text encoders run whole.
+TEST_F(XlaSpmd, Sd3AndFlux2GenerateWithTpOnXlaCpuWriteThePictureOfOneDevice) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("tessera-spmd-sd3-flux2-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  for (const auto& [model, degrees] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"sd35-medium-tiny", {2}}, {"flux2-dev-tiny", {2, 4}}}) {
+    if (!has_fixture(model + "/model_index.json")) GTEST_SKIP() << model << " missing";
+    const std::string cli = std::string(TESSERA_CLI_PATH) + " generate --model " +
+                            fixture_path(model) +
+                            " --prompt 'a cat' --height 64 --width 64 --steps 2 --seed 0 "
+                            "--device xla:cpu --mode compile ";
+    const std::string one = (dir / (model + "-1.png")).string();
+    const auto a = shell(cli + "-o " + one);
+    ASSERT_EQ(a.first, 0) << a.second;
+    for (int n : degrees) {
+      const std::string many = (dir / (model + "-n.png")).string();
+      const auto b = shell(cli + "--tp " + std::to_string(n) + " -o " + many);
+      ASSERT_EQ(b.first, 0) << b.second;
+      expect_same_picture(one, many, model + " --tp " + std::to_string(n));
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

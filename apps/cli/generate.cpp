@@ -395,7 +395,7 @@ void register_generate(CLI::App& app, Runner& run) {
   sub->add_option("--report", o->report, "write a JSON report: times per stage, peak memory");
   sub->add_option("--tp", o->tp,
                   "tensor-parallel degree: the transformer (FLUX.1, FLUX.2, SD3) split over N ranks started by "
-                  "tessera launch --nproc-per-node N (default 1)")
+                  "tessera launch --nproc-per-node N, or over N devices of an XLA --device (default 1)")
       ->check(CLI::PositiveNumber);
   sub->callback([o, &run] { run = [o] { return run_generate(*o); }; });
 }

@@ -289,12 +289,15 @@ Mistral3TextOutput Mistral3TextModel::forward_eager(const Tensor& input_ids,
     mask = astype(attention_mask.view({B, 1, 1, L}), DType::boolean);
   } else {
     mask = astype(Tensor::from_ints(std::vector<int64_t>(size_t(B * L), 1), {B, 1, 1, L}),
-                  DType::boolean);
+                  DType::boolean)
+               .to(input_ids.device());
   }
   auto record = [&](const std::string& name, const Tensor& t) {
     if (capture) (*capture)[kModelPrefix + name] = t;
   };
-  const auto [cos, sin] = rotary_tables(L);
+  // Built on the host, used where the ids are.
+  const auto [cos_host, sin_host] = rotary_tables(L);
+  const Tensor cos = cos_host.to(input_ids.device()), sin = sin_host.to(input_ids.device());
 
   Mistral3TextOutput out;
   Tensor h = language_model.embed_tokens(input_ids);

@@ -86,13 +86,14 @@ Flux2Pipeline::PromptEmbeds Flux2Pipeline::encode_prompt(const std::vector<std::
   Tensor embeds;
   {
     const OffloadScope scope = offload_scope(*text_encoder);
-    embeds = text_encoder->prompt_embeds(e.input_ids, e.attention_mask, layers);
+    embeds = text_encoder->prompt_embeds(e.input_ids.to(device_), e.attention_mask.to(device_),
+                                          layers);
   }
   e.prompt_embeds = repeat_rows(astype(embeds, dtype_), n);
   const int64_t L = e.prompt_embeds.dim(1);
   std::vector<int64_t> t(size_t(L * 4), 0);
   for (int64_t l = 0; l < L; ++l) t[size_t(l * 4 + 3)] = l;
-  e.text_ids = Tensor::from_ints(t, {L, 4});
+  e.text_ids = Tensor::from_ints(t, {L, 4}).to(device_);
   return e;
 }
 
@@ -159,26 +160,26 @@ PipelineOutput Flux2Pipeline::operator()(const Flux2CallOptions& o) {
       const Shape expected{batch, h * w, channels};
       TESSERA_CHECK(o.latents.shape() == expected, kWhere, " latents have shape ",
                     shape_str(o.latents.shape()), "; expected ", shape_str(expected));
-      latents = astype(o.latents, dtype_);
+      latents = astype(o.latents.to(device_), dtype_);
     } else {
       out.seed = o.seed ? *o.seed : std::random_device{}();
       Generator gen(out.seed);
       // Drawn patchified (B, 128, h, w), then packed to (B, h * w, 128): not FLUX.1's order.
-      const Tensor noise = randn({batch, channels, h, w}, dtype_, gen);
+      const Tensor noise = randn({batch, channels, h, w}, dtype_, gen).to(device_);
       latents = contiguous(noise.view({batch, channels, h * w}).permute({0, 2, 1}));
     }
     out.initial_latents = latents;
-    const Tensor img_ids = latent_ids(h, w);
+    const Tensor img_ids = latent_ids(h, w).to(device_);
 
     const std::vector<double> sigmas = o.sigmas ? *o.sigmas : np_linspace(1.0, 1.0 / steps, steps);
     scheduler->set_timesteps(steps, sigmas, compute_empirical_mu(latents.dim(1), steps));
-    const Tensor guidance = full({batch}, float(guidance_scale), DType::f32);
+    const Tensor guidance = full({batch}, float(guidance_scale), DType::f32).to(device_);
 
     denoising_loop(steps, out, o.on_step_end, [&](int i) {
       const float t = scheduler->timesteps()[size_t(i)];
       Flux2TransformerInputs in;
       in.hidden_states = latents;
-      in.timestep = div(full({batch}, t, dtype_), 1000.0);  // t.to(latents.dtype) / 1000
+      in.timestep = div(full({batch}, t, dtype_).to(device_), 1000.0);  // t.to(dtype) / 1000
       in.guidance = guidance;
       in.encoder_hidden_states = e.prompt_embeds;
       in.txt_ids = e.text_ids;
@@ -194,7 +195,7 @@ PipelineOutput Flux2Pipeline::operator()(const Flux2CallOptions& o) {
     const OffloadScope scope = offload_scope(*vae);  // the statistics are the VAE's buffers
     const Tensor z = latents_to_vae_input(denoised, h, w);
     const Tensor decoded = vae->decode(z);
-    out.image = postprocess_image(decoded);
+    out.image = postprocess_image(decoded.to(Device::cpu()));
     out.images = to_uint8_images(out.image);
   });
   return out;

@@ -133,7 +133,7 @@ std::pair<Tensor, Tensor> StableDiffusion3Pipeline::clip_embeds(int index, const
                                                                 std::optional<int> clip_skip,
                                                                 int n) const {
   const CLIPTextModelWithProjection& m = index == 0 ? *text_encoder : *text_encoder_2;
-  const CLIPTextOutput r = m.forward(ids, nullptr, {.output_hidden_states = true});
+  const CLIPTextOutput r = m.forward(ids.to(device_), nullptr, {.output_hidden_states = true});
   // hidden_states[-2], or [-(clip_skip + 2)]: the embeddings count as entry 0.
   const int64_t back = clip_skip ? *clip_skip + 2 : 2;
   TESSERA_CHECK(back <= int64_t(r.hidden_states.size()), kWhere, " clip_skip ", *clip_skip,
@@ -171,8 +171,8 @@ StableDiffusion3Pipeline::PromptEmbeds StableDiffusion3Pipeline::encode_prompt(
   const int64_t width = transformer->config.joint_attention_dim;
   auto t5 = [&](const Tensor& ids) {
     if (!text_encoder_3)  // no T5: zeros, as diffusers
-      return Tensor::zeros({int64_t(batch) * n, max_len, width}, dtype_);
-    return repeat_rows(astype(text_encoder_3->forward(ids).last_hidden_state, dtype_), n);
+      return Tensor::zeros({int64_t(batch) * n, max_len, width}, dtype_).to(device_);
+    return repeat_rows(astype(text_encoder_3->forward(ids.to(device_)).last_hidden_state, dtype_), n);
   };
   Tensor t, nt;
   {
@@ -233,11 +233,11 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const SD3CallOptions& o) {
     if (o.latents.defined()) {
       TESSERA_CHECK(o.latents.shape() == shape, kWhere, " latents have shape ",
                     shape_str(o.latents.shape()), "; expected ", shape_str(shape));
-      latents = astype(o.latents, dtype_);
+      latents = astype(o.latents.to(device_), dtype_);
     } else {
       out.seed = o.seed ? *o.seed : std::random_device{}();
       Generator gen(out.seed);
-      latents = randn(shape, dtype_, gen);
+      latents = randn(shape, dtype_, gen).to(device_);
     }
     out.initial_latents = latents;
 
@@ -256,7 +256,8 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const SD3CallOptions& o) {
       in.hidden_states = cfg ? concat({latents, latents}, 0) : latents;
       // The scheduler's float32 timestep, expanded over the batch (not cast to the model dtype).
       in.timestep = Tensor::from_floats(std::vector<float>(size_t(in.hidden_states.dim(0)), t),
-                                        {in.hidden_states.dim(0)});
+                                        {in.hidden_states.dim(0)})
+                        .to(device_);
       in.encoder_hidden_states = prompt_embeds;
       in.pooled_projections = pooled;
       Tensor noise_pred = transformer->forward(in);
@@ -270,7 +271,7 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const SD3CallOptions& o) {
         if (!o.skip_guidance_layers.empty() && skip) {
           SD3TransformerInputs s;
           s.hidden_states = latents;
-          s.timestep = Tensor::from_floats(std::vector<float>(size_t(batch), t), {batch});
+          s.timestep = Tensor::from_floats(std::vector<float>(size_t(batch), t), {batch}).to(device_);
           s.encoder_hidden_states = e.prompt_embeds;
           s.pooled_projections = e.pooled_prompt_embeds;
           s.skip_layers = o.skip_guidance_layers;
@@ -288,7 +289,7 @@ PipelineOutput StableDiffusion3Pipeline::operator()(const SD3CallOptions& o) {
     const Tensor z = add(div(denoised, scaling_factor_), shift_factor_);
     const OffloadScope scope = offload_scope(*vae);
     const Tensor decoded = vae->decode(z);
-    out.image = postprocess_image(decoded);
+    out.image = postprocess_image(decoded.to(Device::cpu()));
     out.images = to_uint8_images(out.image);
   });
   return out;
