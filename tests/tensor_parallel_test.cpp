@@ -40,13 +40,14 @@
 #include "ops/shape_ops.h"
 #include "runtime/modes.h"
 #include "runtime/random.h"
-#include "flux_inputs.h"
+#include "split_parity.h"
 #include "test_util.h"
 
 namespace tessera {
 namespace {
 
 using test::error_message;
+using test::relative_error;
 using test::fixture_path;
 using test::has_fixture;
 
@@ -75,18 +76,6 @@ TensorParallelConfig stand_in(int rank, int size) {
   tp.mesh = DeviceMesh(DeviceType::cpu, ranks);
   tp.group = std::make_shared<StandInGroup>(rank, size);
   return tp;
-}
-
-// max |a - e| / max |e|: "within 1e-5 relative" for a whole activation.
-double relative_error(const Tensor& a, const Tensor& e) {
-  const auto av = a.to_floats(), ev = e.to_floats();
-  EXPECT_EQ(av.size(), ev.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(av[i] - ev[i])));
-    scale = std::max(scale, double(std::fabs(ev[i])));
-  }
-  return diff / std::max(scale, 1e-30);
 }
 
 Tensor arange_tensor(const Shape& shape) {

@@ -28,13 +28,14 @@
 #include "runtime/modes.h"
 #include "runtime/random.h"
 #include "runtime/sharding.h"
-#include "flux_inputs.h"
+#include "split_parity.h"
 #include "test_util.h"
 
 namespace tessera {
 namespace {
 
 using test::error_message;
+using test::relative_error;
 using test::fixture_path;
 using test::has_fixture;
 
@@ -48,18 +49,6 @@ class XlaSpmd : public ::testing::Test {
     if (!found) GTEST_SKIP() << "no xla:cpu (plugin not installed or TESSERA_PJRT_PLUGIN=none)";
   }
 };
-
-// max |a - e| / max |e|.
-double relative_error(const Tensor& a, const Tensor& e) {
-  const auto av = a.to_floats(), ev = e.to_floats();
-  EXPECT_EQ(av.size(), ev.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(av[i] - ev[i])));
-    scale = std::max(scale, double(std::fabs(ev[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 struct ModeScope {
   explicit ModeScope(EagerMode m) : prev(eager_mode()) { set_eager_mode(m); }

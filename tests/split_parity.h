@@ -1,11 +1,28 @@
-// Seeded FLUX.1 transformer inputs and a 4-head config for the tests that compare a split model with the whole one.
+// For the tests that compare a split model with the whole one (CPU ranks, XLA devices): seeded
+// FLUX.1 inputs, a 4-head config, and the relative error they bound.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "models/flux_transformer.h"
 #include "runtime/random.h"
 
 namespace tessera::test {
+
+// max |a - e| / max |e|: "within 1e-5 relative" for a whole activation.
+inline double relative_error(const Tensor& a, const Tensor& e) {
+  const auto av = a.to_floats(), ev = e.to_floats();
+  EXPECT_EQ(av.size(), ev.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(av[i] - ev[i])));
+    scale = std::max(scale, double(std::fabs(ev[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
 
 // forward() arguments at a 32x32 image (16 latent tokens) and 8 text tokens: torch.randn draws
 // from one seed, so every rank (and every device count) gets the same.
