@@ -212,6 +212,7 @@ int run_generate(const GenerateOptions& o) {
   info.guidance = guidance;
   info.width = int(out.images[0].width);
   info.height = int(out.images[0].height);
+  const auto loads = pipe->component_loads();
   // Tensor parallelism: every rank's checkpoint bytes and weight peak, gathered for the report.
   nlohmann::json tp_json;
   if (world) {
@@ -225,7 +226,6 @@ int run_generate(const GenerateOptions& o) {
       peak.push_back(all[size_t(2 * r + 1)]);
     }
     // Each component's bytes per rank (every rank loads the same components in the same order).
-    const auto loads = pipe->component_loads();
     std::vector<int64_t> own, every(loads.size() * size_t(world->size()));
     for (const auto& c : loads) own.push_back(c.checkpoint_read_bytes);
     world->all_gather(own.data(), every.data(), own.size() * sizeof(int64_t));
@@ -293,7 +293,7 @@ int run_generate(const GenerateOptions& o) {
                         out.times.decode_seconds}}},
         {"offload", o.offload},
         {"memory", memory_json(pipe->load_memory(), out.memory)},
-        {"load_components", load_components_json(pipe->component_loads())},
+        {"load_components", load_components_json(loads)},
         {"modes", nlohmann::json::parse(mode_stats_json(mode_stats()))},
         {"tensor_parallel", tp_json},
     };

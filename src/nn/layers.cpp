@@ -41,24 +41,15 @@ void Linear::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
   spec.dim = style == ParallelStyle::colwise ? 0 : 1;
   spec.parts = n;
   spec.packed = packed;
-  if (tp.spmd()) {
-    // SPMD: the whole weight, stored split over the devices as the plan says; this layer
-    // computes as if whole and XLA's partitioner inserts the all-reduce of a row-wise split.
-    split_parameter("weight", spec);
-    if (style == ParallelStyle::colwise && bias_registered_) {
-      ShardSpec b = spec;
-      b.dim = 0;
-      split_parameter("bias", b);
-    }
-    return;
-  }
-  spec.index = tp.mesh.local_rank(*tp.group);
-  shard_parameter("weight", spec);
+  split_parameter_for(tp, "weight", spec);
   if (style == ParallelStyle::colwise && bias_registered_) {
     ShardSpec b = spec;
     b.dim = 0;
-    shard_parameter("bias", b);
+    split_parameter_for(tp, "bias", b);
   }
+  // SPMD: this layer computes as if whole; XLA's partitioner inserts a row-wise split's
+  // all-reduce.
+  if (tp.spmd()) return;
   parallel_style = style;
   tp_group = tp.group;
   tp_degree = n;
@@ -121,12 +112,7 @@ void Embedding::parallelize(ParallelStyle style, const TensorParallelConfig& tp,
   ShardSpec spec;
   spec.dim = 1;
   spec.parts = n;
-  if (tp.spmd()) {  // the whole table, stored split over the devices (as Linear above)
-    split_parameter("weight", spec);
-    return;
-  }
-  spec.index = tp.mesh.local_rank(*tp.group);
-  shard_parameter("weight", spec);
+  split_parameter_for(tp, "weight", spec);
 }
 
 Tensor Embedding::operator()(const Tensor& ids) const { return embedding(weight, ids); }

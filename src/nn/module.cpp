@@ -50,6 +50,13 @@ void Module::split_parameter(const std::string& name, const ShardSpec& split) {
   TESSERA_FAIL("[tensor parallel] ", class_name(), " has no parameter '", name, "'");
 }
 
+void Module::split_parameter_for(const TensorParallelConfig& tp, const std::string& name,
+                                 ShardSpec spec) {
+  if (tp.spmd()) return split_parameter(name, spec);
+  spec.index = tp.mesh.local_rank(*tp.group);
+  shard_parameter(name, spec);
+}
+
 std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
   std::vector<std::pair<std::string, Module*>> out;
   for (auto& [name, child] : children_) {

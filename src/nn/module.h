@@ -128,6 +128,9 @@ class Module {
   // SPMD: parameter `name` keeps its whole shape; on an XLA device it is stored split by
   // `split` (index ignored) over the devices of the mesh (Module::to).
   void split_parameter(const std::string& name, const ShardSpec& split);
+  // Parameter `name` split by `spec` as `tp` runs: this rank's slice with one process per rank
+  // (shard_parameter, index = the rank), or whole and stored split under SPMD (split_parameter).
+  void split_parameter_for(const TensorParallelConfig& tp, const std::string& name, ShardSpec spec);
   // Registers a child; its parameters appear as "<name>.<param>".
   void register_module(const std::string& name, Module* child);
   // Registers a list of children as "<name>.0", "<name>.1", ...
