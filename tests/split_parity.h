@@ -1,13 +1,18 @@
 // For the tests that compare a split model with the whole one (CPU ranks, XLA devices): seeded
-// FLUX.1 inputs, a 4-head config, and the relative error they bound.
+// FLUX.1 inputs, a 4-head config, seeded random weights, and the bounds they check.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "io/png.h"
 #include "models/flux_transformer.h"
+#include "nn/module.h"
 #include "runtime/random.h"
 
 namespace tessera::test {
@@ -55,6 +60,41 @@ inline FluxTransformerConfig four_head_flux_config() {
   c.guidance_embeds = true;
   c.axes_dims_rope = {2, 2, 4};
   return c;
+}
+
+// torch.randn weights for every parameter of `model` (full shapes, in named_parameters order)
+// times `scale`: the same on every rank and device count.
+inline std::map<std::string, Tensor> seeded_weights(const Module& model, uint64_t seed,
+                                                    double scale) {
+  Generator gen(seed);
+  std::map<std::string, Tensor> weights;
+  for (const auto& p : model.named_parameters())
+    weights[p.name] = randn(p.full_shape, DType::f32, gen) * scale;
+  return weights;
+}
+
+// Two PNGs of one picture, the second from a split model: its partial sums add up in another
+// order (f32 within 1e-5), which can move a value across a rounding boundary of x * 255, so at
+// most one level on at most 0.1% of the values. Returns how many values differ (0 after a size
+// mismatch, which fails here).
+struct PictureDiff {
+  size_t differ = 0, values = 0;
+};
+inline PictureDiff expect_same_picture(const std::string& one, const std::string& two,
+                                       const std::string& what) {
+  const PngImage pa = read_png(one), pb = read_png(two);
+  EXPECT_EQ(pa.rgb.size(), pb.rgb.size()) << what;
+  if (pa.rgb.size() != pb.rgb.size()) return {};
+  PictureDiff r{0, pa.rgb.size()};
+  int worst = 0;
+  for (size_t i = 0; i < pa.rgb.size(); ++i) {
+    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
+    r.differ += d != 0;
+    worst = std::max(worst, d);
+  }
+  EXPECT_LE(worst, 1) << what;
+  EXPECT_LE(double(r.differ), 1e-3 * double(r.values)) << what;
+  return r;
 }
 
 }  // namespace tessera::test

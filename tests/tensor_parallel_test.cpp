@@ -170,6 +170,26 @@ int64_t split_checkpoint_bytes(const std::string& folder, int ranks) {
   return bytes;
 }
 
+// Every parameter a rank holds is its slice of the whole model's (read_shard) or, replicated,
+// the whole one; returns how many are split (-1 after a mismatch of the lists, which fails here).
+// A parameter both sides dropped after loading (T5's tied embed_tokens copy) is skipped.
+int expect_params_are_slices_of(const std::vector<Module::Parameter>& part,
+                                const std::vector<Module::Parameter>& whole) {
+  EXPECT_EQ(part.size(), whole.size());
+  if (part.size() != whole.size()) return -1;
+  int split = 0;
+  for (size_t i = 0; i < part.size(); ++i) {
+    const auto& p = part[i];
+    EXPECT_EQ(p.name, whole[i].name);
+    if (p.name != whole[i].name) return -1;
+    if (!p.slot->defined() && !whole[i].slot->defined()) continue;
+    const Tensor expected = p.shard.sharded() ? read_shard(*whole[i].slot, p.shard) : *whole[i].slot;
+    EXPECT_TRUE(test::bit_equal(contiguous(*p.slot), contiguous(expected))) << p.name;
+    split += p.shard.sharded();
+  }
+  return split;
+}
+
 TEST(TensorParallel, FluxRanksLoadExactlyTheirSlices) {
   if (!has_fixture(std::string(kSchnell) + "/config.json"))
     GTEST_SKIP() << "fixture " << kSchnell << " missing";
@@ -199,33 +219,29 @@ TEST(TensorParallel, FluxRanksLoadExactlyTheirSlices) {
     const RankLoad part = load_rank(folder, &tp);
     // Only this rank's slices are read: exactly half of every split tensor, all of the others.
     EXPECT_EQ(part.bytes_read, total - sharded + sharded / 2) << "rank " << rank;
-    const auto params = part.model->named_parameters();
-    ASSERT_EQ(params.size(), whole_params.size());
-    int split = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto& p = params[i];
-      ASSERT_EQ(p.name, whole_params[i].name);
-      const Tensor expected = p.shard.sharded() ? read_shard(*whole_params[i].slot, p.shard)
-                                                : *whole_params[i].slot;
-      EXPECT_TRUE(test::bit_equal(contiguous(*p.slot), contiguous(expected))) << p.name;
-      split += p.shard.sharded();
-    }
+    const int split = expect_params_are_slices_of(part.model->named_parameters(), whole_params);
     // Per double block: 6 q/k/v, 2 attention outputs, 2 x (MLP in, its bias, MLP out) ... at
     // least one split per planned Linear.
     EXPECT_GT(split, 20);
   }
 }
 
+// Loading `M` from `fixture` split `degree` ways fails with an error containing `message`.
+template <typename M>
+void expect_degree_refused(const std::string& fixture, int degree, const std::string& message) {
+  const TensorParallelConfig tp = stand_in(0, degree);
+  const std::string msg =
+      error_message([&] { M::from_pretrained(fixture_path(fixture), DType::f32, &tp); });
+  EXPECT_NE(msg.find(message), std::string::npos) << msg;
+}
+
 TEST(TensorParallel, HeadsTheDegreeDoesNotDivideAreAClearError) {
   if (!has_fixture(std::string(kSchnell) + "/config.json")) GTEST_SKIP() << "fixture missing";
   // The tiny fixtures have 2 heads: 4 ranks cannot each hold whole heads.
-  const TensorParallelConfig tp = stand_in(0, 4);
-  const std::string msg = error_message(
-      [&] { FluxTransformer2DModel::from_pretrained(fixture_path(kSchnell), DType::f32, &tp); });
-  EXPECT_NE(msg.find("[FluxTransformer2DModel] num_attention_heads=2 is not divisible by the "
-                     "tensor-parallel degree 4"),
-            std::string::npos)
-      << msg;
+  expect_degree_refused<FluxTransformer2DModel>(
+      kSchnell, 4,
+      "[FluxTransformer2DModel] num_attention_heads=2 is not divisible by the tensor-parallel "
+      "degree 4");
 }
 
 // Each rank of a `ranks`-way split reads the replicated tensors and exactly 1/ranks of every
@@ -242,19 +258,8 @@ void expect_ranks_load_their_slices(const std::string& fixture, int ranks, int m
     const RankLoadOf<M> part = load_rank<M>(folder, &tp);
     EXPECT_EQ(part.bytes_read, whole.bytes_read - sharded + sharded / ranks)
         << fixture << " rank " << rank << " of " << ranks;
-    const auto params = part.model->named_parameters();
-    ASSERT_EQ(params.size(), whole_params.size());
-    int split = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto& p = params[i];
-      ASSERT_EQ(p.name, whole_params[i].name);
-      if (!p.slot->defined()) continue;  // T5's tied embed_tokens copy, dropped after loading
-      const Tensor expected =
-          p.shard.sharded() ? read_shard(*whole_params[i].slot, p.shard) : *whole_params[i].slot;
-      EXPECT_TRUE(test::bit_equal(contiguous(*p.slot), contiguous(expected))) << p.name;
-      split += p.shard.sharded();
-    }
-    EXPECT_EQ(split, min_split) << fixture;
+    EXPECT_EQ(expect_params_are_slices_of(part.model->named_parameters(), whole_params), min_split)
+        << fixture;
   }
 }
 
@@ -274,21 +279,13 @@ TEST(TensorParallel, TextEncoderRanksLoadExactlyTheirSlices) {
 TEST(TensorParallel, KeyValueHeadsTheDegreeDoesNotDivideAreAClearError) {
   if (!has_fixture(std::string(kMistral) + "/config.json")) GTEST_SKIP() << "fixture missing";
   // 4 query heads but 2 key/value heads: 4 ranks would split a key/value head.
-  const TensorParallelConfig tp = stand_in(0, 4);
-  const std::string msg = error_message(
-      [&] { Mistral3TextModel::from_pretrained(fixture_path(kMistral), DType::f32, &tp); });
-  EXPECT_NE(msg.find("[Mistral3ForConditionalGeneration] num_key_value_heads=2 is not divisible "
-                     "by the tensor-parallel degree 4"),
-            std::string::npos)
-      << msg;
+  expect_degree_refused<Mistral3TextModel>(
+      kMistral, 4,
+      "[Mistral3ForConditionalGeneration] num_key_value_heads=2 is not divisible by the "
+      "tensor-parallel degree 4");
   // T5 with 4 heads refuses 8 ranks the same way.
-  const TensorParallelConfig eight = stand_in(0, 8);
-  const std::string t5 = error_message(
-      [&] { T5EncoderModel::from_pretrained(fixture_path(kT5), DType::f32, &eight); });
-  EXPECT_NE(
-      t5.find("[T5EncoderModel] num_heads=4 is not divisible by the tensor-parallel degree 8"),
-      std::string::npos)
-      << t5;
+  expect_degree_refused<T5EncoderModel>(
+      kT5, 8, "[T5EncoderModel] num_heads=4 is not divisible by the tensor-parallel degree 8");
 }
 
 // ---- under mpirun -------------------------------------------------------------------------
@@ -410,11 +407,7 @@ TEST(TensorParallelMpi, FluxWithFourHeadsMatchesTheWholeModelInEveryMode) {
   const TensorParallelConfig tp = world_config();
   const FluxTransformerConfig c = test::four_head_flux_config();
   FluxTransformer2DModel whole(c), split(c);
-  Generator gen(11);
-  std::map<std::string, Tensor> weights;
-  for (const auto& p : whole.named_parameters())
-    weights[p.name] = randn(p.full_shape, DType::f32, gen) * 0.2;
-  const MapWeightSource source(weights, "random FLUX weights");
+  const MapWeightSource source(test::seeded_weights(whole, 11, 0.2), "random FLUX weights");
   LoadOptions opt;
   whole.load_weights(source, opt);
   parallelize_module(split, split.tp_plan(), tp, "[FluxTransformer2DModel]");
@@ -547,11 +540,7 @@ TEST(TensorParallelMpi, Mistral3WithFourKeyValueHeadsMatchesTheWholeModelInEvery
   c.num_key_value_heads = 4;
   c.head_dim = 8;
   Mistral3TextModel whole(c), split(c);
-  Generator gen(17);
-  std::map<std::string, Tensor> weights;
-  for (const auto& p : whole.named_parameters())
-    weights[p.name] = randn(p.full_shape, DType::f32, gen) * 0.3;
-  const MapWeightSource source(weights, "random Mistral3 weights");
+  const MapWeightSource source(test::seeded_weights(whole, 17, 0.3), "random Mistral3 weights");
   LoadOptions opt;
   whole.load_weights(source, opt);
   parallelize_module(split, split.tp_plan(), tp, Mistral3TextModel::kPretrainedName);
@@ -656,24 +645,12 @@ void expect_launch_matches_tp1(const std::filesystem::path& dir, const std::stri
                            args("--mode " + mode + " --tp " + std::to_string(ranks) +
                                 " --output " + many + " --report " + rn));
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  // The same picture: the split model's partial sums add up in another order (f32 within
-  // 1e-5, TensorParallelMpi above), which can move a pixel across a rounding boundary of
-  // x * 255; at most one level on at most 0.1% of the values, else the PNG bytes are equal.
-  const PngImage pa = read_png(one), pb = read_png(many);
-  ASSERT_EQ(pa.rgb.size(), pb.rgb.size());
-  size_t differ = 0;
-  int worst = 0;
-  for (size_t i = 0; i < pa.rgb.size(); ++i) {
-    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
-    differ += d != 0;
-    worst = std::max(worst, d);
-  }
-  EXPECT_LE(worst, 1) << model << " " << mode;
-  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << model << " " << mode;
-  if (differ == 0)
+  // The same picture (test::expect_same_picture), and when no value differs the same PNG bytes.
+  const test::PictureDiff diff = test::expect_same_picture(one, many, model + " " + mode);
+  if (diff.differ == 0)
     EXPECT_TRUE(read_bytes(one) == read_bytes(many)) << model << " " << mode << ": same pixels";
   std::printf("%s %s TP=%d: %zu of %zu values differ (by 1)\n", model.c_str(), mode.c_str(),
-              ranks, differ, pa.rgb.size());
+              ranks, diff.differ, diff.values);
   const auto j1 = nlohmann::json::parse(read_bytes(r1));
   const auto jn = nlohmann::json::parse(read_bytes(rn));
   ASSERT_EQ(jn["tensor_parallel"]["degree"], ranks);

@@ -35,6 +35,7 @@ namespace tessera {
 namespace {
 
 using test::error_message;
+using test::expect_same_picture;
 using test::relative_error;
 using test::fixture_path;
 using test::has_fixture;
@@ -167,11 +168,7 @@ TEST_F(XlaSpmd, FluxDevFixtureOnTwoDevicesMatchesOneDevice) {
 void four_heads_on(int n) {
   const FluxTransformerConfig c = test::four_head_flux_config();
   FluxTransformer2DModel whole(c);
-  Generator gen(11);
-  std::map<std::string, Tensor> weights;
-  for (const auto& p : whole.named_parameters())
-    weights[p.name] = randn(p.full_shape, DType::f32, gen) * 0.2;
-  const MapWeightSource source(weights, "random FLUX weights");
+  const MapWeightSource source(test::seeded_weights(whole, 11, 0.2), "random FLUX weights");
   whole.load_weights(source, LoadOptions{});
   {
     const TensorParallelConfig tp = TensorParallelConfig::over_devices(kXla, n, "[test]");
@@ -242,22 +239,6 @@ std::pair<int, std::string> shell(const std::string& command) {
   while (p && fgets(buf, sizeof buf, p)) out += buf;
   const int status = p ? pclose(p) : -1;
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
-// Two PNGs of one picture: up to one level on at most 0.1% of the values (the split model's
-// partial sums add in another order).
-void expect_same_picture(const std::string& one, const std::string& two, const std::string& what) {
-  const PngImage pa = read_png(one), pb = read_png(two);
-  ASSERT_EQ(pa.rgb.size(), pb.rgb.size()) << what;
-  size_t differ = 0;
-  int worst = 0;
-  for (size_t i = 0; i < pa.rgb.size(); ++i) {
-    const int d = std::abs(int(pa.rgb[i]) - int(pb.rgb[i]));
-    differ += d != 0;
-    worst = std::max(worst, d);
-  }
-  EXPECT_LE(worst, 1) << what;
-  EXPECT_LE(double(differ), 1e-3 * double(pa.rgb.size())) << what;
 }
 
 // tessera generate --device xla:cpu --tp 2 (one process, no launch) against --tp 1: the same
